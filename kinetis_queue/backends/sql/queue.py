@@ -1,0 +1,217 @@
+"""SqlQueue: jobs in a table of the Django database (``kinetis_queue_jobs``)."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any, NamedTuple, Self
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.utils import load_backend
+
+from kinetis_queue.backends.sql.claim import claim
+from kinetis_queue.conf import ConnectionSettings
+from kinetis_queue.contracts import ClearableQueue, DisposableQueue, JobSettlement, QueuedJob, RenewableQueue
+from kinetis_queue.envelope import (
+    Envelope,
+    decode_fields,
+    decode_queue_name,
+    dumps,
+    loads,
+    settle_if_malformed,
+)
+from kinetis_queue.exceptions import InvalidQueueArgumentError, StaleJobHandleError
+
+INSERT = (
+    "INSERT INTO kinetis_queue_jobs (job_id, queue, job_class, args, metadata, attempts, max_attempts, "
+    "pushed_at, available_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+#: The fence: every settlement and renewal names the row and the token its reservation wrote.
+FENCE = "WHERE id = %s AND reserved_token = %s"
+DELETE = f"DELETE FROM kinetis_queue_jobs {FENCE}"
+RELEASE = (
+    "UPDATE kinetis_queue_jobs SET reserved_at = NULL, reserved_token = NULL, attempts = attempts + 1, "
+    f"available_at = %s {FENCE}"
+)
+RENEW = f"UPDATE kinetis_queue_jobs SET reserved_at = %s {FENCE}"
+SIZE = (
+    "SELECT COUNT(*) FROM kinetis_queue_jobs WHERE queue = %s AND (reserved_at IS NULL OR reserved_at <= %s)"
+)
+CLEAR = "DELETE FROM kinetis_queue_jobs WHERE queue = %s AND reserved_at IS NULL"
+
+
+class SqlHandle(NamedTuple):
+    """The delivery receipt: the row and the token its reservation wrote."""
+
+    row_id: int
+    token: str
+
+
+class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
+    """Jobs in the Django database (table kinetis_queue_jobs).
+
+    Reservation: a claim under SKIP LOCKED (PostgreSQL, MySQL 8, MariaDB 10.6+) or a guarded
+    UPDATE (SQLite) writes ``reserved_at`` and a fresh random ``reserved_token`` (see claim.py).
+    Fence: ack/release/fail/renew match ``id`` and ``reserved_token``; a settlement whose row count
+    is not 1 raises StaleJobHandleError and wrote nothing (contract: "Delivery receipts and stale
+    settlements"). Clock: reserved_at and available_at use this process's time, not the database's.
+
+    ``push()``, ``size()`` and ``clear()`` run on Django's own connection for the alias, so a
+    push inside ``atomic(using=alias)`` is part of that transaction and visible only on commit.
+    The worker's side (pop, settlements, renewal) runs on a connection of its own per thread,
+    which this queue keeps open whatever CONN_MAX_AGE says: the worker's per-job
+    ``close_old_connections()`` then never costs a reconnect, and a job's own database work cannot
+    leave a transaction open on it. On PostgreSQL that connection commits asynchronously
+    (``synchronous_commit = off``): a database crash can forget the last claims and settlements,
+    which re-runs those jobs (at-least-once holds, and the token fence rejects the old receipt);
+    pushes stay synchronous.
+    """
+
+    backend_name = "sql"
+
+    def __init__(self, *, database: str = "default", visibility_timeout: int = 300,
+                 connection: str | None = None) -> None:
+        super().__init__(connection=connection)
+        self.database = database
+        self._visibility_timeout = visibility_timeout
+        self._local = threading.local()
+        self._opened: list[BaseDatabaseWrapper] = []
+        self._opened_lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: ConnectionSettings) -> Self:
+        return cls(
+            database=settings.options.get("DATABASE", "default"),
+            visibility_timeout=settings.visibility_timeout,
+            connection=settings.name,
+        )
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def _worker_db(self) -> BaseDatabaseWrapper:
+        """This thread's own connection for the worker's side, opened on first use and kept."""
+        db: BaseDatabaseWrapper | None = getattr(self._local, "db", None)
+        if db is None:
+            shared = connections[self.database]
+            if shared.vendor == "sqlite" and shared.is_in_memory_db():
+                return shared  # a second connection would see a different, empty database
+            settings_dict = {**shared.settings_dict, "CONN_MAX_AGE": None, "CONN_HEALTH_CHECKS": False}
+            db = load_backend(settings_dict["ENGINE"]).DatabaseWrapper(settings_dict, self.database)
+            db.inc_thread_sharing()  # dispose() may close it from another thread
+            with self._opened_lock:
+                self._opened.append(db)
+            self._local.db = db
+        if db.errors_occurred:
+            db.close_if_unusable_or_obsolete()
+        if db.connection is None:
+            db.connect()
+            if db.vendor == "postgresql":
+                with db.cursor() as cursor:
+                    cursor.execute("SET synchronous_commit TO OFF")
+        return db
+
+    def dispose(self) -> None:
+        with self._opened_lock:
+            opened, self._opened = self._opened, []
+        self._local = threading.local()
+        for db in opened:
+            db.close()
+
+    # -- the contract -----------------------------------------------------------------------------
+
+    def visibility_timeout(self) -> int:
+        return self._visibility_timeout
+
+    def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
+        with connections[self.database].cursor() as cursor:
+            cursor.execute(
+                INSERT,
+                [
+                    envelope.id,
+                    queue,
+                    envelope.job_class,
+                    dumps(envelope.args),
+                    dumps(envelope.metadata),
+                    envelope.attempts,
+                    envelope.max_attempts,
+                    envelope.pushed_at,
+                    envelope.pushed_at + delay,
+                ],
+            )
+
+    def _sweep(self, queues: tuple[str, ...]) -> QueuedJob | None:
+        db = self._worker_db()
+        now = time.time()
+        token = secrets.token_hex(16)
+        row = claim(db, queues, now, now - self._visibility_timeout, token)
+        if row is None:
+            return None
+        handle = SqlHandle(row[0], token)
+        return settle_if_malformed(lambda: self._decode(row, handle), lambda: self._remove_malformed(db, handle))
+
+    @staticmethod
+    def _decode(row: tuple[Any, ...], handle: SqlHandle) -> QueuedJob:
+        _, job_id, queue, job_class, args, metadata, attempts, max_attempts, pushed_at = row
+        envelope = decode_fields(job_id, pushed_at, job_class, loads(args), attempts, max_attempts, loads(metadata))
+        return QueuedJob(
+            id=envelope.id,
+            queue=decode_queue_name(queue),
+            job_class=envelope.job_class,
+            args=envelope.args,
+            attempts=envelope.attempts + 1,
+            max_attempts=envelope.max_attempts,
+            pushed_at=datetime.fromtimestamp(envelope.pushed_at, UTC),
+            metadata=envelope.metadata,
+            handle=handle,
+        )
+
+    def _remove_malformed(self, db: BaseDatabaseWrapper, handle: SqlHandle) -> None:
+        # Contract: a reclaim between reserving and deleting makes the row someone else's.
+        self._fenced(db, DELETE, [], handle, JobSettlement.FAIL)
+
+    def ack(self, job: QueuedJob) -> None:
+        self._fenced(self._worker_db(), DELETE, [], self._handle(job), JobSettlement.ACK)
+
+    def fail(self, job: QueuedJob) -> None:
+        self._fenced(self._worker_db(), DELETE, [], self._handle(job), JobSettlement.FAIL)
+
+    def _release(self, job: QueuedJob, delay: float) -> None:
+        handle = self._handle(job)
+        self._fenced(self._worker_db(), RELEASE, [time.time() + delay], handle, JobSettlement.RELEASE)
+
+    def renew(self, job: QueuedJob) -> None:
+        # Contract, "Reservation renewal": the row count is not read, because MySQL reports 0 for
+        # an UPDATE that writes the value already stored (a renewal within the same second).
+        handle = self._handle(job)
+        with self._worker_db().cursor() as cursor:
+            cursor.execute(RENEW, [time.time(), handle.row_id, handle.token])
+
+    def _size(self, queue: str) -> int:
+        with connections[self.database].cursor() as cursor:
+            cursor.execute(SIZE, [queue, time.time() - self._visibility_timeout])
+            return int(cursor.fetchone()[0])
+
+    def _clear(self, queue: str) -> int:
+        with connections[self.database].cursor() as cursor:
+            cursor.execute(CLEAR, [queue])
+            return int(cursor.rowcount)
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _handle(job: QueuedJob) -> SqlHandle:
+        if not isinstance(job.handle, SqlHandle):
+            raise InvalidQueueArgumentError("this QueuedJob was not delivered by an SQL queue")
+        return job.handle
+
+    @staticmethod
+    def _fenced(
+        db: BaseDatabaseWrapper, sql: str, params: list[Any], handle: SqlHandle, operation: JobSettlement
+    ) -> None:
+        with db.cursor() as cursor:
+            cursor.execute(sql, [*params, handle.row_id, handle.token])
+            if cursor.rowcount != 1:
+                raise StaleJobHandleError(operation)

@@ -1,0 +1,171 @@
+"""Reads and validates the KINETIS_QUEUE setting; every error names the offending key.
+
+This is the only module that reads ``settings.KINETIS_QUEUE``. It reads on each call, so
+``override_settings`` works, and it validates the whole setting before anything is built.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from kinetis_queue.exceptions import QueueConfigurationError
+from kinetis_queue.validation import CONNECTION_NAME
+
+#: Used when KINETIS_QUEUE is not set: one SQL connection on the default database.
+DEFAULT_SETTING: dict[str, Any] = {
+    "DEFAULT_CONNECTION": "default",
+    "CONNECTIONS": {"default": {"BACKEND": "sql", "DATABASE": "default"}},
+}
+
+#: Built-in backends: name -> (dotted class path, client module that must be importable, pip extra).
+BUILTIN_BACKENDS: dict[str, tuple[str, str | None, str | None]] = {
+    "sync": ("kinetis_queue.backends.sync.SyncQueue", None, None),
+    "sql": ("kinetis_queue.backends.sql.SqlQueue", None, None),
+    "redis": ("kinetis_queue.backends.redis.RedisQueue", "redis", "redis"),
+    "sqs": ("kinetis_queue.backends.sqs.SqsQueue", "boto3", "sqs"),
+    "rabbitmq": ("kinetis_queue.backends.rabbitmq.RabbitMqQueue", "kombu", "rabbitmq"),
+}
+
+#: Keys every connection may carry; they default to the top-level value of the same name.
+SHARED_KEYS = ("VISIBILITY_TIMEOUT", "MAX_ATTEMPTS", "RETRY_BASE_DELAY", "POLL_TIMEOUT")
+DEFAULTS: dict[str, Any] = {"VISIBILITY_TIMEOUT": 300, "MAX_ATTEMPTS": 0, "RETRY_BASE_DELAY": 5, "POLL_TIMEOUT": 5}
+#: Backend-specific keys each built-in backend accepts (a custom backend may carry any key).
+BACKEND_KEYS: dict[str, frozenset[str]] = {
+    "sync": frozenset(),
+    "sql": frozenset({"DATABASE"}),
+    "redis": frozenset({"URL", "CACHE", "PREFIX", "SOCKET_TIMEOUT"}),
+    "sqs": frozenset({"REGION", "ENDPOINT_URL", "QUEUE_PREFIX", "ACCESS_KEY_ID", "SECRET_ACCESS_KEY"}),
+    "rabbitmq": frozenset({"URL"}),
+}
+#: The retry delay is worker policy capped at 900 s (contract: "One transition per delivery").
+MAX_RETRY_BASE_DELAY = 900
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """One validated connection entry, with the shared keys resolved against the top-level defaults."""
+
+    name: str
+    backend: str
+    options: Mapping[str, Any]
+    visibility_timeout: int
+    max_attempts: int
+    retry_base_delay: float
+    poll_timeout: float
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    default_connection: str
+    connections: dict[str, ConnectionSettings] = field(default_factory=dict)
+
+
+def _key(*path: str) -> str:
+    return "KINETIS_QUEUE" + "".join(f"[{p!r}]" for p in path)
+
+
+def _fail(path: tuple[str, ...], problem: str) -> QueueConfigurationError:
+    return QueueConfigurationError(f"{_key(*path)} {problem}")
+
+
+def _number(value: Any, path: tuple[str, ...], *, integer: bool, low: float, high: float | None,
+            low_open: bool = False) -> Any:
+    ok_type = type(value) is int if integer else type(value) in (int, float)
+    if not ok_type or not math.isfinite(value):
+        raise _fail(path, f"must be {'an int' if integer else 'a number'}")
+    if (value <= low if low_open else value < low) or (high is not None and value > high):
+        bound = f"{'more than' if low_open else 'at least'} {low:g}" + (f" and at most {high:g}" if high else "")
+        raise _fail(path, f"must be {bound}")
+    return value
+
+
+def _shared(value: Any, key: str, path: tuple[str, ...], backend: str | None) -> Any:
+    if key == "VISIBILITY_TIMEOUT":
+        high = 43200 if backend == "sqs" else None
+        return _number(value, path, integer=True, low=1, high=high)
+    if key == "MAX_ATTEMPTS":
+        return _number(value, path, integer=True, low=0, high=None)
+    if key == "RETRY_BASE_DELAY":
+        return _number(value, path, integer=False, low=0, high=MAX_RETRY_BASE_DELAY)
+    return _number(value, path, integer=False, low=0, high=None, low_open=True)  # POLL_TIMEOUT
+
+
+def load() -> QueueSettings:
+    """Validate the whole KINETIS_QUEUE setting and return it; raises QueueConfigurationError."""
+    raw = getattr(settings, "KINETIS_QUEUE", None)
+    if raw is None:
+        raw = DEFAULT_SETTING
+    if not isinstance(raw, Mapping):
+        raise QueueConfigurationError("KINETIS_QUEUE must be a dict")
+    allowed_top = {"DEFAULT_CONNECTION", "CONNECTIONS", *SHARED_KEYS}
+    for key in raw:
+        if key not in allowed_top:
+            raise _fail((str(key),), f"is not a known key (known: {', '.join(sorted(allowed_top))})")
+    defaults = dict(DEFAULTS)
+    for key in SHARED_KEYS:
+        if key in raw:
+            defaults[key] = _shared(raw[key], key, (key,), None)
+    connections = raw.get("CONNECTIONS")
+    if not isinstance(connections, Mapping) or not connections:
+        raise _fail(("CONNECTIONS",), "must be a non-empty dict of connection name -> settings")
+    parsed: dict[str, ConnectionSettings] = {}
+    for name, entry in connections.items():
+        parsed[name] = _connection(name, entry, defaults)
+    default = raw.get("DEFAULT_CONNECTION", "default")
+    if type(default) is not str or default not in parsed:
+        raise _fail(("DEFAULT_CONNECTION",), "must name one of KINETIS_QUEUE['CONNECTIONS']")
+    return QueueSettings(default, parsed)
+
+
+def _connection(name: Any, entry: Any, defaults: dict[str, Any]) -> ConnectionSettings:
+    if type(name) is not str or CONNECTION_NAME.fullmatch(name) is None:
+        raise _fail(("CONNECTIONS",), f"has an invalid connection name {name!r}: use ^[a-z][a-z0-9]*$")
+    path = ("CONNECTIONS", name)
+    if not isinstance(entry, Mapping):
+        raise _fail(path, "must be a dict")
+    backend = entry.get("BACKEND")
+    if type(backend) is not str or not backend:
+        raise _fail((*path, "BACKEND"), f"must be one of {', '.join(BUILTIN_BACKENDS)} or a dotted path")
+    if backend not in BUILTIN_BACKENDS and "." not in backend:
+        raise _fail((*path, "BACKEND"), f"names unknown backend {backend!r}: use one of "
+                    f"{', '.join(BUILTIN_BACKENDS)} or a dotted path to a Queue class")
+    values = dict(defaults)
+    builtin = backend in BUILTIN_BACKENDS
+    for key, value in entry.items():
+        if key == "BACKEND":
+            continue
+        if key in SHARED_KEYS:
+            values[key] = _shared(value, key, (*path, key), backend)
+        elif builtin and key not in BACKEND_KEYS[backend]:
+            known = sorted({"BACKEND", *SHARED_KEYS, *BACKEND_KEYS[backend]})
+            raise _fail((*path, str(key)), f"is not a setting of the {backend} backend (known: {', '.join(known)})")
+    if backend == "sqs" and values["VISIBILITY_TIMEOUT"] > 43200:
+        raise _fail((*path, "VISIBILITY_TIMEOUT"), "must be at most 43200 for the sqs backend")
+    if backend == "sql":
+        database = entry.get("DATABASE", "default")
+        if type(database) is not str or database not in settings.DATABASES:
+            raise _fail((*path, "DATABASE"), "must name an alias in DATABASES")
+    return ConnectionSettings(
+        name=name,
+        backend=backend,
+        options=entry,
+        visibility_timeout=values["VISIBILITY_TIMEOUT"],
+        max_attempts=values["MAX_ATTEMPTS"],
+        retry_base_delay=values["RETRY_BASE_DELAY"],
+        poll_timeout=values["POLL_TIMEOUT"],
+    )
+
+
+def connection_settings(name: str | None = None) -> ConnectionSettings:
+    """The validated settings of connection ``name`` (the default connection when None)."""
+    loaded = load()
+    key = loaded.default_connection if name is None else name
+    try:
+        return loaded.connections[key]
+    except KeyError:
+        raise QueueConfigurationError(f"{_key('CONNECTIONS', key)} is not configured") from None

@@ -1,0 +1,181 @@
+"""The queue interface every backend implements, its capabilities, and the delivered job (DESIGN.md §3).
+
+The shared rules live here once: ``push()``, ``pop()``, ``release()``, ``size()`` and ``clear()``
+validate their arguments and serialize the job before calling the backend's own primitive, and
+``pop()`` runs the contract's sweep-and-pause loop around the backend's non-blocking probe.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+from kinetis_queue.envelope import Envelope, new_envelope
+from kinetis_queue.job import Job
+from kinetis_queue.serializer import serialize_job
+from kinetis_queue.validation import (
+    validate_delay,
+    validate_max_attempts,
+    validate_queue_list,
+    validate_queue_name,
+    validate_timeout,
+)
+
+if TYPE_CHECKING:
+    from kinetis_queue.conf import ConnectionSettings
+
+#: Longest pause between two empty sweeps (contract: "The pop() priority/timeout contract").
+SWEEP_PAUSE = 1.0
+
+
+class JobSettlement(StrEnum):
+    """The settlement a StaleJobHandleError reports as refused."""
+
+    ACK = "ack"
+    RELEASE = "release"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """One delivery of a job: what the worker runs, plus the receipt (``handle``) that settles it."""
+
+    id: str
+    queue: str
+    job_class: str
+    args: dict[str, Any]
+    attempts: int
+    max_attempts: int | None
+    pushed_at: datetime
+    metadata: dict[str, Any] = field(default_factory=dict)
+    handle: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        validate_queue_name(self.queue)
+
+
+class Queue(ABC):
+    """A queue connection. Subclasses implement the primitives; the contract's rules are applied here."""
+
+    #: The backend's short name, used in messages ("sql", "redis", ...).
+    backend_name: ClassVar[str] = "custom"
+
+    def __init__(self, *, connection: str | None = None) -> None:
+        self.connection = connection
+
+    @classmethod
+    def from_settings(cls, settings: ConnectionSettings) -> Self:
+        """Build the queue for a validated KINETIS_QUEUE connection entry."""
+        return cls(connection=settings.name)
+
+    # -- the contract's public operations -------------------------------------------------------
+
+    def push(
+        self, job: Job, delay: object = 0, queue: str = "default", max_attempts: int | None = None
+    ) -> str:
+        """Store ``job`` and return its id; everything is validated and serialized before any I/O."""
+        seconds = validate_delay(delay)
+        validate_queue_name(queue)
+        cap = validate_max_attempts(max_attempts)
+        job_class, args = serialize_job(job)
+        envelope = new_envelope(job_class, args, cap, self._metadata())
+        self._push(envelope, seconds, queue)
+        return envelope.id
+
+    def pop(self, timeout: float, queues: Sequence[str]) -> QueuedJob | None:
+        """Reserve the next job from ``queues`` (priority = list order), waiting up to ``timeout``."""
+        seconds = validate_timeout(timeout)
+        names = validate_queue_list(queues)
+        if not names:
+            return None
+        deadline = None if seconds == 0 else time.monotonic() + seconds
+        while True:
+            found = self._sweep(names)
+            if found is not None:
+                return found
+            if deadline is None:
+                self._wait(names, SWEEP_PAUSE)
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self._wait(names, min(SWEEP_PAUSE, left))
+
+    @abstractmethod
+    def ack(self, job: QueuedJob) -> None:
+        """Settle a delivery whose handler returned: the job is gone."""
+
+    def release(self, job: QueuedJob, delay: float = 0) -> None:
+        """Put a delivery back for another attempt, poppable after at least ``delay`` seconds."""
+        self._release(job, validate_delay(delay))
+
+    @abstractmethod
+    def fail(self, job: QueuedJob) -> None:
+        """Settle a delivery the worker gave up on: the job is gone from the backend."""
+
+    def size(self, queue: str) -> int:
+        """Waiting work on ``queue``: a monitoring signal, not a value to branch on."""
+        return self._size(validate_queue_name(queue))
+
+    # -- what each backend provides --------------------------------------------------------------
+
+    def _metadata(self) -> dict[str, Any]:
+        """Metadata carried on every envelope (propagation data); empty by default."""
+        return {}
+
+    @abstractmethod
+    def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
+        """Store a validated envelope."""
+
+    @abstractmethod
+    def _sweep(self, queues: tuple[str, ...]) -> QueuedJob | None:
+        """One non-blocking, reserving probe of ``queues`` in priority order."""
+
+    def _wait(self, queues: tuple[str, ...], seconds: float) -> None:
+        """Pause between empty sweeps; a backend with a native wait overrides this."""
+        time.sleep(seconds)
+
+    @abstractmethod
+    def _release(self, job: QueuedJob, delay: float) -> None:
+        """Release with an already validated delay."""
+
+    @abstractmethod
+    def _size(self, queue: str) -> int:
+        """Count waiting work on a validated queue name."""
+
+
+class ClearableQueue(Queue):
+    """A backend that can discard every unreserved job on a queue."""
+
+    def clear(self, queue: str) -> int:
+        """Discard every unreserved job on ``queue`` (delayed ones included); return how many."""
+        return self._clear(validate_queue_name(queue))
+
+    @abstractmethod
+    def _clear(self, queue: str) -> int:
+        """Clear a validated queue name."""
+
+
+class RenewableQueue(Queue):
+    """A backend whose reservations expire and can be extended by the worker while a job runs."""
+
+    @abstractmethod
+    def visibility_timeout(self) -> int:
+        """Seconds a reservation lasts without renewal."""
+
+    @abstractmethod
+    def renew(self, job: QueuedJob) -> None:
+        """Extend the delivery's reservation by a full window; settles nothing, reports nothing."""
+
+
+class DisposableQueue(Queue):
+    """A backend that owns a connection and closes it in ``dispose()`` (idempotent)."""
+
+    @abstractmethod
+    def dispose(self) -> None:
+        """Close what this queue opened; safe before first use and when called twice."""

@@ -1,0 +1,216 @@
+"""The stored envelope and the strict JSON it travels as (DESIGN.md §7).
+
+Every durable backend stores id, pushedAt, class, args, attempts, maxAttempts and metadata. Writing
+uses ``allow_nan=False``; reading rejects NaN/Infinity literals, duplicate keys, runaway nesting,
+wrong shapes and out-of-range counters as MalformedQueuedJobDataError, so one corrupted message can
+never raise something else that would stop a worker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NoReturn, TypeVar
+
+from kinetis_queue.exceptions import MalformedJobSettledError, MalformedQueuedJobDataError
+from kinetis_queue.validation import QUEUE_NAME
+
+#: Deepest container nesting accepted inside args or metadata (the argument contract's bound).
+MAX_DEPTH = 32
+#: A stored job id: 32 lowercase hex characters.
+JOB_ID = re.compile(r"[0-9a-f]{32}")
+#: Largest stored attempt counter accepted (a 32-bit signed column's range).
+MAX_COUNTER = 2**31 - 1
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A job as every durable backend stores it; ``attempts`` counts completed attempts."""
+
+    id: str
+    pushed_at: float
+    job_class: str
+    args: dict[str, Any]
+    attempts: int
+    max_attempts: int | None
+    metadata: dict[str, Any]
+
+    def to_json(self) -> str:
+        """The envelope as one JSON object (the Redis member, for instance)."""
+        return dumps(
+            {
+                "id": self.id,
+                "pushedAt": self.pushed_at,
+                "class": self.job_class,
+                "args": self.args,
+                "attempts": self.attempts,
+                "maxAttempts": self.max_attempts,
+                "metadata": self.metadata,
+            }
+        )
+
+    def pushed_at_datetime(self) -> datetime:
+        return datetime.fromtimestamp(self.pushed_at, UTC)
+
+
+def new_envelope(
+    job_class: str, args: dict[str, Any], max_attempts: int | None, metadata: dict[str, Any]
+) -> Envelope:
+    """A fresh envelope: a random 32-hex id, pushed now, no attempts completed."""
+    return Envelope(uuid.uuid4().hex, time.time(), job_class, args, 0, max_attempts, metadata)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON, ASCII-escaped, refusing NaN and infinities."""
+    return json.dumps(value, allow_nan=False, separators=(",", ":"))
+
+
+def _malformed(what: str) -> NoReturn:
+    raise MalformedQueuedJobDataError(f"stored job data is malformed: {what}")
+
+
+def _reject_constant(name: str) -> NoReturn:
+    _malformed(f"JSON literal {name} is not allowed")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        _malformed("a number is out of range")
+    return number
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        _malformed("an object repeats a key")
+    return result
+
+
+_decoder = json.JSONDecoder(
+    object_pairs_hook=_unique_object, parse_constant=_reject_constant, parse_float=_finite_float
+)
+
+
+def loads(text: str | bytes) -> Any:
+    """Strict JSON: any deviation is MalformedQueuedJobDataError, never another exception."""
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return _decoder.decode(text)
+    except MalformedQueuedJobDataError:
+        raise
+    except (ValueError, RecursionError, TypeError, UnicodeDecodeError) as exc:
+        raise MalformedQueuedJobDataError(f"stored job data is not valid JSON ({type(exc).__name__})") from None
+
+
+def check_value_tree(value: Any, what: str) -> None:
+    """Reject strings that are not valid UTF-8 and nesting deeper than MAX_DEPTH (+1 for the top map)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    _malformed(f"{what} holds a string that is not valid UTF-8")
+        elif kind is dict or kind is list:
+            if depth > MAX_DEPTH:
+                _malformed(f"{what} is nested deeper than {MAX_DEPTH} levels")
+            children = item.values() if kind is dict else item
+            if kind is dict and not all(k.isascii() for k in item):
+                for k in item:
+                    stack.append((k, depth))
+            stack.extend((child, depth + 1) for child in children)
+
+
+def expect(value: Any, check: Callable[[Any], bool], what: str) -> Any:
+    if not check(value):
+        _malformed(what)
+    return value
+
+
+def decode_args(args: Any) -> dict[str, Any]:
+    expect(args, lambda v: type(v) is dict, "args is not an object")
+    check_value_tree(args, "args")
+    return args  # type: ignore[no-any-return]
+
+
+def decode_metadata(metadata: Any) -> dict[str, Any]:
+    expect(metadata, lambda v: type(v) is dict, "metadata is not an object")
+    check_value_tree(metadata, "metadata")
+    return metadata  # type: ignore[no-any-return]
+
+
+def decode_counter(value: Any, what: str, *, nullable: bool = False) -> Any:
+    if value is None and nullable:
+        return None
+    return expect(value, lambda v: type(v) is int and 0 <= v <= MAX_COUNTER, f"{what} is out of range")
+
+
+def decode_fields(
+    job_id: Any, pushed_at: Any, job_class: Any, args: Any, attempts: Any, max_attempts: Any, metadata: Any
+) -> Envelope:
+    """Check each stored part of a job and build its Envelope."""
+    expect(job_id, lambda v: type(v) is str and JOB_ID.fullmatch(v) is not None, "id is not 32 hex digits")
+    expect(
+        pushed_at,
+        lambda v: type(v) in (int, float) and math.isfinite(v) and 0 <= v < 253402300800,
+        "pushedAt is out of range",
+    )
+    expect(job_class, lambda v: type(v) is str and 0 < len(v) <= 255, "class is missing or too long")
+    return Envelope(
+        job_id,
+        float(pushed_at),
+        job_class,
+        decode_args(args),
+        decode_counter(attempts, "attempts"),
+        decode_counter(max_attempts, "maxAttempts", nullable=True),
+        decode_metadata(metadata),
+    )
+
+
+_KEYS = frozenset(("id", "pushedAt", "class", "args", "attempts", "maxAttempts", "metadata"))
+
+
+def decode_envelope(text: str | bytes) -> Envelope:
+    """Decode one JSON envelope; every key is required and no other is allowed."""
+    data = loads(text)
+    if type(data) is not dict or data.keys() != _KEYS:
+        _malformed("the envelope does not have exactly the keys id, pushedAt, class, args, attempts, "
+                   "maxAttempts, metadata")
+    return decode_fields(
+        data["id"], data["pushedAt"], data["class"], data["args"], data["attempts"], data["maxAttempts"],
+        data["metadata"],
+    )
+
+
+def decode_queue_name(name: Any) -> str:
+    """A stored queue name, checked against the grammar."""
+    return expect(  # type: ignore[no-any-return]
+        name, lambda v: type(v) is str and QUEUE_NAME.fullmatch(v) is not None, "queue name is invalid"
+    )
+
+
+def settle_if_malformed(decode: Callable[[], _T], remove: Callable[[], None]) -> _T:
+    """Run ``decode``; on MalformedQueuedJobDataError remove the message and raise MalformedJobSettledError.
+
+    Contract, "Malformed stored messages": only that error triggers removal. Any other exception
+    from decoding propagates (a decoder defect), and a failing removal propagates as the transport
+    failure it is.
+    """
+    try:
+        return decode()
+    except MalformedQueuedJobDataError as exc:
+        remove()
+        raise MalformedJobSettledError(f"a reserved message was malformed and has been removed: {exc}") from exc

@@ -1,0 +1,74 @@
+"""The errors kinetis_queue raises (DESIGN.md §6); every message names what is wrong, never a job argument value."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.core.exceptions import ImproperlyConfigured
+
+if TYPE_CHECKING:
+    from kinetis_queue.contracts import JobSettlement
+
+
+class KinetisQueueError(Exception):
+    """Base class of every error kinetis_queue raises."""
+
+
+class QueueConfigurationError(KinetisQueueError, ImproperlyConfigured):
+    """The KINETIS_QUEUE setting, or a worker option, holds a value that cannot be used."""
+
+
+class InvalidQueueArgumentError(KinetisQueueError, ValueError):
+    """A queue name, queue list, delay, timeout or attempt count is invalid; nothing was sent."""
+
+
+class UnserializableJobError(KinetisQueueError, TypeError):
+    """A job argument has no wire form, or a parameter has no same-named attribute; nothing was sent."""
+
+
+class JobReconstructionError(KinetisQueueError):
+    """The stored class or arguments no longer match the code; handled as the job's own failure."""
+
+
+class UnresolvableJobParameterError(KinetisQueueError):
+    """A handle() parameter is neither JobContext nor resolvable; handled as the job's own failure."""
+
+
+class MalformedQueuedJobDataError(KinetisQueueError):
+    """A stored message does not decode into a job (bad JSON, wrong shape, out-of-range counter)."""
+
+
+class MalformedJobSettledError(KinetisQueueError):
+    """A reserved message failed to decode and was removed from the backend."""
+
+
+class StaleJobHandleError(KinetisQueueError):
+    """A fenced settlement named a delivery that is no longer reserved; nothing was written."""
+
+    def __init__(self, operation: JobSettlement, message: str | None = None) -> None:
+        self.operation = operation
+        super().__init__(
+            message
+            or f"{operation.name.lower()}() named a delivery that is no longer reserved (stale handle); "
+            "nothing was written"
+        )
+
+
+class QueueUnavailableError(KinetisQueueError):
+    """A connection names a backend whose client library is not installed."""
+
+
+class QueueNotClearableError(KinetisQueueError):
+    """The connection's backend cannot clear a queue (it is not a ClearableQueue)."""
+
+
+class PublishNotConfirmedError(KinetisQueueError):
+    """RabbitMQ did not acknowledge a publish; whether the message was queued is unknown."""
+
+
+class ConnectionFailedError(KinetisQueueError):
+    """A command was never dispatched to the backend; its state is unchanged."""
+
+
+class OutcomeUnknownError(KinetisQueueError):
+    """A command was written and no reply arrived; the backend may or may not have applied it."""

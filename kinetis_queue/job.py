@@ -1,0 +1,135 @@
+"""The Job base class, the Sensitive marker, JobContext, and resolution of stored class names."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
+
+from kinetis_queue.exceptions import JobReconstructionError, UnresolvableJobParameterError
+
+
+class _SensitiveMarker:
+    """Marks a job argument whose value, and location in errors, must never be logged."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "Sensitive"
+
+
+#: Use as ``Annotated[str, Sensitive]`` on an ``__init__`` parameter.
+Sensitive: Final = _SensitiveMarker()
+
+
+class Job:
+    """Base class of every job: ``__init__`` parameters are stored, ``handle()`` runs on the worker.
+
+    Each ``__init__`` parameter is read back from the same-named attribute at push time, so the
+    constructor must keep its arguments (a ``@dataclass`` subclass does this on its own).
+    """
+
+    #: Every Job subclass this process has imported, by dotted path (module.QualName).
+    _registry: ClassVar[dict[str, type[Job]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        Job._registry[job_class_path(cls)] = cls
+
+    def handle(self, *args: Any, **kwargs: Any) -> None:
+        """Do the work; may take ``context: JobContext``. Raising fails this attempt."""
+        raise NotImplementedError(f"{type(self).__qualname__} must define handle()")
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What a running job may know about its delivery; injected into ``handle(context: JobContext)``."""
+
+    id: str
+    queue: str
+    attempts: int
+    max_attempts: int | None
+    connection: str | None
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger]
+
+
+def job_class_path(cls: type) -> str:
+    """The dotted path a job class is stored under."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def resolve_job_class(path: str) -> type[Job]:
+    """Find the Job subclass stored as ``path``, importing only modules inside installed apps.
+
+    A payload must never make the worker import an arbitrary module (DESIGN.md §2): a name not
+    already known is looked up only when its module lies inside an app in INSTALLED_APPS, and
+    whatever is found must be a Job subclass.
+    """
+    cls = Job._registry.get(path)
+    if cls is not None:
+        return cls
+    module_name, _, _ = path.rpartition(".")
+    if module_name and _inside_installed_app(module_name):
+        try:
+            importlib.import_module(module_name)
+        except ImportError:
+            pass
+        cls = Job._registry.get(path)
+        if cls is not None:
+            return cls
+    raise JobReconstructionError(f"job class {path!r} is not a known Job subclass")
+
+
+def _inside_installed_app(module_name: str) -> bool:
+    from django.apps import apps
+
+    return any(
+        module_name == config.name or module_name.startswith(config.name + ".")
+        for config in apps.get_app_configs()
+    )
+
+
+#: Per job class: for each handle() parameter, whether it receives the JobContext.
+_handle_plans: dict[type[Job], tuple[str, ...] | UnresolvableJobParameterError] = {}
+
+
+def _handle_plan(cls: type[Job]) -> tuple[str, ...]:
+    plan = _handle_plans.get(cls)
+    if plan is None:
+        plan = _build_handle_plan(cls)
+        _handle_plans[cls] = plan
+    if isinstance(plan, UnresolvableJobParameterError):
+        raise UnresolvableJobParameterError(str(plan))
+    return plan
+
+
+def _build_handle_plan(cls: type[Job]) -> tuple[str, ...] | UnresolvableJobParameterError:
+    try:
+        signature = inspect.signature(cls.handle)
+        hints = typing.get_type_hints(cls.handle)
+    except Exception as exc:  # a hint naming something that no longer imports, for instance
+        return UnresolvableJobParameterError(
+            f"{job_class_path(cls)}.handle() parameters cannot be inspected ({type(exc).__name__})"
+        )
+    names: list[str] = []
+    for index, (name, parameter) in enumerate(signature.parameters.items()):
+        if index == 0 and name == "self":
+            continue
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if hints.get(name) is not JobContext:
+            return UnresolvableJobParameterError(
+                f"{job_class_path(cls)}.handle() parameter {name!r} cannot be resolved: "
+                "only a parameter annotated JobContext is injected"
+            )
+        names.append(name)
+    return tuple(names)
+
+
+def call_handle(job: Job, context: JobContext) -> None:
+    """Invoke ``job.handle()``, passing ``context`` to each parameter annotated JobContext."""
+    names = _handle_plan(type(job))
+    job.handle(**dict.fromkeys(names, context))

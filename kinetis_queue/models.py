@@ -1,0 +1,72 @@
+"""The two tables: waiting and reserved jobs (SQL backend), and failed jobs (every backend)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+
+class ExactCharField(models.CharField):  # type: ignore[type-arg]
+    """A CharField compared byte for byte: ``ascii_bin`` on MySQL/MariaDB, whose default is case-insensitive.
+
+    Queue names and reservation tokens are matched for exact equality (DESIGN.md §7); PostgreSQL
+    and SQLite already compare text case-sensitively.
+    """
+
+    def db_parameters(self, connection: BaseDatabaseWrapper) -> dict[str, Any]:
+        params = super().db_parameters(connection)
+        if connection.vendor == "mysql":
+            params["collation"] = "ascii_bin"
+        return params
+
+
+class QueuedJobRecord(models.Model):
+    """One job on the SQL backend. Times are epoch seconds from the writing process's clock."""
+
+    job_id = models.CharField(max_length=32)
+    queue = ExactCharField(max_length=80)
+    job_class = models.CharField(max_length=255)
+    args = models.TextField()
+    metadata = models.TextField(default="{}")
+    #: Completed attempts; pop() reports one more.
+    attempts = models.IntegerField(default=0)
+    max_attempts = models.IntegerField(null=True)
+    pushed_at = models.FloatField()
+    available_at = models.FloatField()
+    reserved_at = models.FloatField(null=True)
+    reserved_token = ExactCharField(max_length=32, null=True)
+
+    class Meta:
+        db_table = "kinetis_queue_jobs"
+        indexes = [models.Index(fields=["queue", "id"], name="kinetis_queue_jobs_queue")]
+        verbose_name = "queued job"
+
+    def __str__(self) -> str:
+        return f"{self.job_class} on {self.queue} ({self.job_id})"
+
+
+class FailedJob(models.Model):
+    """A job the worker gave up on, recorded before fail() (contract: "Recording a job before fail()")."""
+
+    connection = models.CharField(max_length=64, null=True, blank=True)
+    queue = models.CharField(max_length=80)
+    job_id = models.CharField(max_length=32)
+    job_class = models.CharField(max_length=255)
+    #: The arguments exactly as stored (JSON text); shown redacted per Sensitive.
+    args = models.TextField()
+    metadata = models.TextField(default="{}")
+    max_attempts = models.IntegerField(null=True)
+    attempts = models.IntegerField()
+    exception_class = models.CharField(max_length=255)
+    exception_message = models.TextField(blank=True)
+    failed_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        db_table = "kinetis_queue_failed_jobs"
+        ordering = ["-failed_at", "-id"]
+        verbose_name = "failed job"
+
+    def __str__(self) -> str:
+        return f"{self.job_class} on {self.queue} ({self.job_id})"

@@ -1,0 +1,21 @@
+"""The outcome signals, sent by the worker and nowhere else, after the backend accepted the transition.
+
+Receivers run through ``send_robust``: one that raises is logged and never changes the outcome.
+Every signal is sent with ``sender=type(queue)``.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+#: handle() returned and ack() was accepted. provides: job (QueuedJob), connection
+job_succeeded = Signal()
+#: handle() raised with attempts left and release() was accepted.
+#: provides: job, connection, exception, delay (seconds)
+job_released = Signal()
+#: handle() raised at the cap and fail() was accepted.
+#: provides: job, connection, exception, failed_job_id (None without a recorder), args (redacted)
+job_failed_permanently = Signal()
+#: The backend refused the settlement as stale; nothing was written.
+#: provides: job, connection, operation (JobSettlement), error (StaleJobHandleError), exception (job's own, or None)
+job_settlement_lost = Signal()

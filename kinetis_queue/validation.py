@@ -1,0 +1,101 @@
+"""Argument checks shared by every backend, run before any I/O (contract: "What push() guarantees").
+
+A violation raises InvalidQueueArgumentError. Messages may show the offending queue name, delay or
+count (those are not job data), but never a job argument value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from kinetis_queue.exceptions import InvalidQueueArgumentError
+
+#: The queue-name grammar: SQS's standard-queue rule, the narrowest of the four backends.
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+#: The connection-name grammar (contract: "Named connections").
+CONNECTION_NAME = re.compile(r"[a-z][a-z0-9]*")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+def validate_queue_name(name: object) -> str:
+    """Return ``name`` if it is a valid queue name."""
+    if type(name) is not str or QUEUE_NAME.fullmatch(name) is None:
+        raise InvalidQueueArgumentError(
+            f"queue name {_shown(name)} is invalid: use 1 to 80 letters, digits, '-' or '_'"
+        )
+    return name
+
+
+def validate_queue_list(queues: object) -> tuple[str, ...]:
+    """Validate a whole priority list before any of it is used: names valid, none repeated."""
+    if isinstance(queues, (str, bytes)) or not isinstance(queues, Iterable):
+        raise InvalidQueueArgumentError("queues must be a list of queue names, not a single string")
+    names = tuple(queues)
+    for name in names:
+        validate_queue_name(name)
+    if len(set(names)) != len(names):
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        raise InvalidQueueArgumentError(f"queue list names {', '.join(repeated)} more than once")
+    return names
+
+
+def _seconds(value: object, what: str) -> float:
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif type(value) in (int, float):
+        seconds = float(value)  # type: ignore[arg-type]
+    else:
+        raise InvalidQueueArgumentError(f"{what} must be a number of seconds or a timedelta")
+    if not math.isfinite(seconds):
+        raise InvalidQueueArgumentError(f"{what} must be a finite number of seconds")
+    return seconds
+
+
+def validate_delay(delay: object, what: str = "delay") -> float:
+    """Return the delay in seconds: 0 (immediate) or positive; negative is rejected."""
+    seconds = _seconds(delay, what)
+    if seconds < 0:
+        raise InvalidQueueArgumentError(f"{what} must be 0 or more seconds, got {_shown(delay)}")
+    return seconds
+
+
+def validate_max_attempts(max_attempts: object) -> int | None:
+    """None defers to the worker's default; 0 or more is the cap itself."""
+    if max_attempts is None:
+        return None
+    if type(max_attempts) is not int or max_attempts < 0:
+        raise InvalidQueueArgumentError(
+            f"max_attempts must be None or an int of 0 or more, got {_shown(max_attempts)}"
+        )
+    return max_attempts
+
+
+def validate_timeout(timeout: object) -> float:
+    """pop()'s timeout: 0 waits with no deadline, positive bounds the look, negative is rejected."""
+    seconds = _seconds(timeout, "timeout")
+    if seconds < 0:
+        raise InvalidQueueArgumentError(f"timeout must be 0 (no deadline) or positive, got {_shown(timeout)}")
+    return seconds
+
+
+def validate_connection_name(name: object, key: str = "connection") -> str:
+    """Return ``name`` if it follows ^[a-z][a-z0-9]*$."""
+    if type(name) is not str or CONNECTION_NAME.fullmatch(name) is None:
+        raise InvalidQueueArgumentError(
+            f"{key} {_shown(name)} is invalid: a connection name is lowercase letters and digits, "
+            "starting with a letter"
+        )
+    return name
+
+
+def is_int(value: Any) -> bool:
+    """True for a real int (bool excluded)."""
+    return type(value) is int
