@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from kinetis_queue.exceptions import MalformedJobSettledError, MalformedQueuedJobDataError
 from kinetis_queue.validation import QUEUE_NAME
@@ -27,9 +27,6 @@ MAX_DEPTH = 32
 JOB_ID = re.compile(r"[0-9a-f]{32}")
 #: Largest stored attempt counter accepted (a 32-bit signed column's range).
 MAX_COUNTER = 2**31 - 1
-
-_T = TypeVar("_T")
-
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
@@ -202,7 +199,7 @@ def decode_queue_name(name: Any) -> str:
     )
 
 
-def settle_if_malformed(decode: Callable[[], _T], remove: Callable[[], None]) -> _T:
+def settle_if_malformed[T](decode: Callable[[], T], remove: Callable[[], None]) -> T:
     """Run ``decode``; on MalformedQueuedJobDataError remove the message and raise MalformedJobSettledError.
 
     Contract, "Malformed stored messages": only that error triggers removal. Any other exception

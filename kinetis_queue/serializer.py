@@ -100,6 +100,7 @@ def _plan_for(cls: type) -> _Plan:
 
 
 def _build_plan(cls: type) -> _Plan:
+    """Inspect ``cls.__init__`` once: its parameters minus self, their annotations and defaults."""
     init = cls.__init__  # type: ignore[misc]
     if init is object.__init__:
         # A Job without its own __init__ takes no arguments (object's signature is *args, **kwargs).
@@ -149,6 +150,7 @@ def _resolve_hints(init: Any) -> tuple[dict[str, Any], set[str]]:
 
 
 def _describe_param(parameter: inspect.Parameter, hints: dict[str, Any], unresolved: set[str]) -> _Param:
+    """Classify one parameter: Sensitive or not, and whether its annotation restores an Enum or datetime."""
     sensitive = parameter.name in unresolved  # cannot tell, so never reveal
     restore = _Restore.AS_STORED
     target: type | None = None
@@ -380,6 +382,7 @@ def _describe_unsupported(value: Any) -> str:
 
 
 def _type_name(value: Any) -> str:
+    """The name of a value's type for an error message (never the value itself)."""
     return "None" if value is None else type(value).__qualname__
 
 

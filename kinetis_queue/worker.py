@@ -108,7 +108,7 @@ class Worker:
     def _install_signal_handlers(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
             return {}
-        previous = {}
+        previous: dict[int, Any] = {}
         for signum in (signal.SIGTERM, signal.SIGINT):
             previous[signum] = signal.signal(signum, self._on_signal)
         return previous

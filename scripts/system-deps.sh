@@ -27,11 +27,11 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-install() { "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null >>"$log" 2>&1; }
+apt_install() { "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null >>"$log" 2>&1; }
 
 # Try with the package lists as they are; refresh them only when that fails.
-if ! install; then
-    if ! { "${SUDO[@]}" apt-get update -q </dev/null >>"$log" 2>&1 && install; }; then
+if ! apt_install; then
+    if ! { "${SUDO[@]}" apt-get update -q </dev/null >>"$log" 2>&1 && apt_install; }; then
         cat "$log" >&2
         echo "system-deps.sh: could not install: ${missing[*]}" >&2
         exit 1

@@ -112,3 +112,33 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+def steal_reservation(backend: Backend, job_id: str) -> None:
+    """Make the current delivery of ``job_id`` stale, as a reclaim by another worker would."""
+    if backend.database is not None:
+        with db_connections[backend.database].cursor() as cursor:
+            cursor.execute(
+                "UPDATE kinetis_queue_jobs SET reserved_token = %s WHERE job_id = %s", ["f" * 32, job_id]
+            )
+        return
+    raise NotImplementedError(f"tests/conftest.py: add how to steal a reservation on {backend.id}")
+
+
+@pytest.fixture
+def outcomes() -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """Every outcome signal sent during the test, as (signal name, kwargs)."""
+    from kinetis_queue import signals
+
+    seen: list[tuple[str, dict[str, Any]]] = []
+    receivers = []
+    for name in ("job_succeeded", "job_released", "job_failed_permanently", "job_settlement_lost"):
+        def receiver(sender: Any, _name: str = name, **kwargs: Any) -> None:
+            kwargs.pop("signal", None)
+            seen.append((_name, kwargs))
+
+        getattr(signals, name).connect(receiver, weak=False)
+        receivers.append((name, receiver))
+    yield seen
+    for name, receiver in receivers:
+        getattr(signals, name).disconnect(receiver)

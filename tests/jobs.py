@@ -48,7 +48,7 @@ class Fails(Job):
 
     def handle(self, context: JobContext) -> None:
         CALLS.append(("Fails", self.label, context.attempts))
-        raise RuntimeError(f"deliberate failure of {self.label or 'a job'}")
+        raise RuntimeError("deliberate failure")
 
 
 class FailsOnce(Job):
@@ -92,3 +92,16 @@ class HangsOnFirstAttempt(Job):
             Path(self.marker).write_text(str(context.attempts))
             time.sleep(600)
         Path(self.done).write_text(str(context.attempts))
+
+
+#: Set by a test: called with the JobContext inside CallsBack.handle().
+CALLBACK: list[object] = []
+
+
+class CallsBack(Job):
+    """Calls the test's callback (tests.jobs.CALLBACK[0]) with its context, then records."""
+
+    def handle(self, context: JobContext) -> None:
+        callback = CALLBACK[0]
+        callback(context)  # type: ignore[operator]
+        CALLS.append(("CallsBack", context.attempts))

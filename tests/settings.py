@@ -17,7 +17,7 @@ SQLITE_TEST_FILE = os.environ.get(
 PG_TEST_NAME = "test_kinetis_queue"
 MARIADB_TEST_NAME = "test_kinetis_queue"
 
-SECRET_KEY = "kinetis-queue-tests"  # noqa: S105
+SECRET_KEY = "kinetis-queue-tests"
 USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-SECRET_KEY = "kinetis-queue-testproject-not-secret"  # noqa: S105
+SECRET_KEY = "kinetis-queue-testproject-not-secret"
 DEBUG = False
 ALLOWED_HOSTS: list[str] = []
 USE_TZ = True

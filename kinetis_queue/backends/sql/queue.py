@@ -96,7 +96,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         db: BaseDatabaseWrapper | None = getattr(self._local, "db", None)
         if db is None:
             shared = connections[self.database]
-            if shared.vendor == "sqlite" and shared.is_in_memory_db():
+            if shared.vendor == "sqlite" and shared.is_in_memory_db():  # type: ignore[attr-defined]
                 return shared  # a second connection would see a different, empty database
             settings_dict = {**shared.settings_dict, "CONN_MAX_AGE": None, "CONN_HEALTH_CHECKS": False}
             db = load_backend(settings_dict["ENGINE"]).DatabaseWrapper(settings_dict, self.database)

@@ -1,0 +1,108 @@
+# Build and test plumbing for kinetis-queue. Run from the repository root.
+#
+#   make test      services, lint, typecheck, Django checks, the full suite (Django from the dev
+#                  install), then the core + SQL suite (pytest -m core) on Django 5.2 LTS
+#   make demo      the testproject demo on SQLite (no services needed)
+#   make bench     benchmarks (python -m bench); needs the services
+#
+# Variables: VENV, VENV52, PYTHON (an interpreter >= 3.12 to build the venvs with),
+#            PYTEST_ARGS, BENCH_ARGS.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+VENV ?= .venv
+VENV52 ?= .venv-dj52
+PY := $(VENV)/bin/python
+PY52 := $(VENV52)/bin/python
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+
+# Interpreters tried in order for a new venv; the first that runs and is >= 3.12 wins.
+# (On pyenv machines python3.13 / python3.12 on PATH may be shims that fail: they are skipped.)
+PYTHON_CANDIDATES := $(PYTHON) python3.13 python3.12 /root/.pyenv/versions/3.1[23]*/bin/python python3
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PYTHONDONTWRITEBYTECODE := 1
+
+# Shell snippets (used inside recipes).
+IS_PY312 := -c 'import sys; sys.exit(sys.version_info < (3, 12))'
+FIND_PYTHON := for c in $(PYTHON_CANDIDATES); do \
+	  if "$$c" $(IS_PY312) >/dev/null 2>&1; then command -v "$$c"; exit 0; fi; \
+	done; exit 1
+
+.PHONY: venv venv52 demo lint typecheck checks services test bench soak clean
+
+# ---- virtual environments ------------------------------------------------------------------------
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml scripts/system-deps.sh
+	bash scripts/system-deps.sh
+	@if [ -x "$(PY)" ] && "$(PY)" $(IS_PY312) >/dev/null 2>&1; then \
+	  echo "venv: reusing $(VENV) ($$("$(PY)" -V))"; \
+	else \
+	  py="$$($(FIND_PYTHON))" || { \
+	    echo "error: no Python >= 3.12 found (tried: $(PYTHON_CANDIDATES)); set PYTHON=/path/to/python3.12" >&2; \
+	    exit 1; }; \
+	  echo "venv: creating $(VENV) with $$py ($$("$$py" -V))"; \
+	  "$$py" -m venv --clear "$(VENV)"; \
+	fi
+	"$(PY)" -m pip install --quiet --upgrade pip
+	"$(PY)" -m pip install --progress-bar off -e '.[dev]'
+	touch "$@"
+
+# Django 5.2 LTS venv, built with the same base interpreter as $(VENV).
+venv52: $(VENV52)/.installed
+
+$(VENV52)/.installed: pyproject.toml scripts/system-deps.sh | $(VENV)/.installed
+	@base="$$("$(PY)" -c 'import sys; print(sys._base_executable)')"; \
+	want="$$("$$base" -c 'import sys; print(sys.version)')"; \
+	if [ -x "$(PY52)" ] && [ "$$("$(PY52)" -c 'import sys; print(sys.version)' 2>/dev/null)" = "$$want" ]; then \
+	  echo "venv52: reusing $(VENV52) ($$("$(PY52)" -V))"; \
+	else \
+	  echo "venv52: creating $(VENV52) with $$base ($$("$$base" -V))"; \
+	  "$$base" -m venv --clear "$(VENV52)"; \
+	fi
+	"$(PY52)" -m pip install --quiet --upgrade pip
+	"$(PY52)" -m pip install --progress-bar off -e '.[dev]' 'django>=5.2,<5.3' 'django-stubs>=5.2,<5.3'
+	touch "$@"
+
+# ---- services ------------------------------------------------------------------------------------
+
+services:
+	bash scripts/services.sh
+
+# ---- static checks -------------------------------------------------------------------------------
+
+lint: venv
+	"$(VENV)/bin/ruff" check --extend-exclude "$(VENV),$(VENV52)" .
+
+typecheck: venv
+	PYTHONPATH=testproject:. "$(VENV)/bin/mypy" kinetis_queue
+
+checks: venv
+	PYTHONPATH=. "$(PY)" testproject/manage.py makemigrations --check --dry-run
+	"$(PY)" testproject/manage.py check
+
+# ---- tests ---------------------------------------------------------------------------------------
+
+test: venv venv52 services lint typecheck checks
+	"$(PY)" -m pytest $(PYTEST_ARGS)
+	@echo "== core + SQL suite on Django $$("$(PY52)" -c 'import django; print(django.get_version())')"
+	"$(PY52)" -m pytest -m core $(PYTEST_ARGS)
+
+soak:
+	@echo "no soak tier yet"
+
+# ---- demo and benchmarks -------------------------------------------------------------------------
+
+demo: venv
+	"$(PY)" testproject/manage.py demo
+
+bench: venv services
+	"$(PY)" -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf "$(VENV)" "$(VENV52)" testproject/demo.sqlite3
