@@ -188,7 +188,7 @@ def drain(backend: str, queue: str, n: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.bare", description="Bare driver drain of bare_jobs.")
+    parser = argparse.ArgumentParser(prog="python -m bench.bare", description="Bare drain of bare_jobs.")
     parser.add_argument("--backend", required=True, choices=sorted(BACKENDS))
     parser.add_argument("--queue", required=True)
     parser.add_argument("--n", type=int, required=True)

@@ -57,3 +57,12 @@ KINETIS_QUEUE = {
     "RETRY_BASE_DELAY": 1,
     "POLL_TIMEOUT": 1,
 }
+
+# The worker's own log lines, shown inline in the demo's output.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "         log: %(levelname)s %(message)s"}},
+    "handlers": {"stdout": {"class": "logging.StreamHandler", "stream": "ext://sys.stdout", "formatter": "plain"}},
+    "loggers": {"kinetis_queue": {"handlers": ["stdout"], "level": "WARNING", "propagate": False}},
+}

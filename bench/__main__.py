@@ -1,0 +1,305 @@
+"""``python -m bench`` (``make bench``): project vs bare driver, push/s and drain jobs/s, per SQL database.
+
+For each backend (sql-postgres, sql-mariadb, sql-sqlite) and each repeat, both sides push N no-op
+jobs and then drain them with one worker process:
+
+- project push: ``queues[conn].push(Noop(), queue=q)`` N times in this process, on Django's own
+  connection for the alias (default settings: CONN_MAX_AGE 0, autocommit);
+- project drain: ``python -m bench.drain`` in a fresh process, a real ``Worker`` timed over the
+  ``process_next()`` calls that run the N jobs (Django start-up excluded, see bench/drain.py);
+- bare push and drain: the same work written directly on the driver (bench/bare.py), the drain in
+  a fresh process too.
+
+Speed claims are ratios against the bare loop measured in the same run: absolute rates depend on
+this (shared) machine, the ratios much less. The order of the two sides alternates between repeats,
+and on PostgreSQL both tables are vacuumed and analyzed before every timed phase, so neither side
+inherits the other's dead rows or a stale plan. Each drain is checked: afterwards the queue holds no
+row and no job was recorded as failed, else the run aborts. The medians of ``--repeat`` runs are
+reported, with PASS/FAIL against the PostgreSQL targets (drain >= 60 % and push >= 70 % of bare);
+the exit code is 0 either way, this is a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+QUEUE = "bench"
+DRAIN_POLL = 0.5
+#: PostgreSQL targets from the issue: project rate / bare rate, measured in the same run.
+TARGETS = {"push": 0.70, "drain": 0.60}
+TARGET_BACKEND = "sql-postgres"
+METRICS = ("project_push", "bare_push", "project_drain", "bare_drain")
+ALL_BACKENDS = ["sql-postgres", "sql-mariadb", "sql-sqlite"]
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _backends(value: str) -> list[str]:
+    from bench.settings import BACKENDS
+
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BACKENDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}")
+    return names
+
+
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError("must be a positive integer")
+    return int(value)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description="kinetis_queue vs bare driver loops: push/s and drain jobs/s."
+    )
+    parser.add_argument("--n", type=_positive_int, default=5000,
+                        help="jobs per push and per drain (default 5000)")
+    parser.add_argument("--backends", type=_backends, default=ALL_BACKENDS,
+                        help=f"comma-separated list (default: {','.join(ALL_BACKENDS)})")
+    parser.add_argument("--repeat", type=_positive_int, default=3,
+                        help="runs per backend; the median is reported (default 3)")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH",
+                        help="also write the medians and every sample as JSON")
+    return parser.parse_args(argv)
+
+
+# -- set-up -----------------------------------------------------------------------------------------
+
+
+def setup(backends: list[str]) -> None:
+    """Create the databases, configure Django, migrate each alias, create the bare tables."""
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    from bench import bare
+    from bench.settings import BACKENDS, create_databases
+
+    aliases = [BACKENDS[name][1] for name in backends]
+    create_databases(aliases)
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    for alias in aliases:
+        call_command("migrate", database=alias, verbosity=0)
+    for name in backends:
+        bare.ensure_table(name)
+
+
+def _alias(backend: str) -> str:
+    from bench.settings import BACKENDS
+
+    return BACKENDS[backend][1]
+
+
+def _connection(backend: str) -> str:
+    from bench.settings import BACKENDS
+
+    return BACKENDS[backend][0]
+
+
+def _project_sql(backend: str, sql: str, params: list[Any] | None = None) -> Any:
+    from django.db import connections
+
+    with connections[_alias(backend)].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() if cursor.description else None
+
+
+def _project_count(backend: str) -> int:
+    return int(_project_sql(backend, "SELECT COUNT(*) FROM kinetis_queue_jobs WHERE queue = %s", [QUEUE])[0])
+
+
+def _failed_count(backend: str) -> int:
+    row = _project_sql(backend, "SELECT COUNT(*) FROM kinetis_queue_failed_jobs WHERE queue = %s", [QUEUE])
+    return int(row[0])
+
+
+def _vacuum(backend: str) -> None:
+    """On PostgreSQL, reclaim dead rows and refresh statistics of both tables before a timed phase."""
+    from bench import bare
+
+    if bare.vendor(backend) != "postgresql":
+        return
+    for table in ("kinetis_queue_jobs", bare.TABLE):
+        _project_sql(backend, f"VACUUM ANALYZE {table}")
+
+
+def _reset(backend: str) -> None:
+    from bench import bare
+
+    _project_sql(backend, "DELETE FROM kinetis_queue_jobs")
+    _project_sql(backend, "DELETE FROM kinetis_queue_failed_jobs WHERE queue = %s", [QUEUE])
+    bare.clear(backend)
+
+
+def _close_django_connections() -> None:
+    from django.db import connections
+
+    connections.close_all()
+
+
+def _run_child(module: str, args: list[str]) -> float:
+    """Run ``python -m module args`` from the repo root; return the jobs/s it prints as JSON."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"bench: {module} {' '.join(args)} exited with status {done.returncode}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(result["rate"])
+
+
+# -- the two sides -----------------------------------------------------------------------------------
+
+
+def project_side(backend: str, n: int) -> tuple[float, float]:
+    """Push then drain N jobs through the library; return (push/s, drain jobs/s)."""
+    from bench.jobs import Noop
+    from kinetis_queue import queues
+
+    queue = queues[_connection(backend)]
+    _vacuum(backend)
+    _close_django_connections()  # the timed loop opens its connection, as the bare loop does
+    started = time.perf_counter()
+    for _ in range(n):
+        queue.push(Noop(), queue=QUEUE)
+    push_rate = n / (time.perf_counter() - started)
+    if (pushed := _project_count(backend)) != n:
+        raise SystemExit(f"bench: {backend} project push left {pushed} rows, expected {n}")
+    _vacuum(backend)
+    _close_django_connections()
+    drain_rate = _run_child(
+        "bench.drain", ["--connection", _connection(backend), "--queue", QUEUE, "--n", str(n)]
+    )
+    left, failed = _project_count(backend), _failed_count(backend)
+    if left or failed:
+        raise SystemExit(f"bench: {backend} project drain left {left} rows and recorded {failed} failed jobs")
+    return push_rate, drain_rate
+
+
+def bare_side(backend: str, n: int) -> tuple[float, float]:
+    """Push then drain N jobs with the bare driver loops; return (push/s, drain jobs/s)."""
+    from bench import bare
+
+    _vacuum(backend)
+    _close_django_connections()
+    push_rate = n / bare.push(backend, QUEUE, n)
+    if (pushed := bare.count(backend, QUEUE)) != n:
+        raise SystemExit(f"bench: {backend} bare push left {pushed} rows, expected {n}")
+    _vacuum(backend)
+    _close_django_connections()
+    drain_rate = _run_child("bench.bare", ["--backend", backend, "--queue", QUEUE, "--n", str(n)])
+    if left := bare.count(backend, QUEUE):
+        raise SystemExit(f"bench: {backend} bare drain left {left} rows")
+    return push_rate, drain_rate
+
+
+def measure(backend: str, n: int, repeat: int) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {metric: [] for metric in METRICS}
+    for run in range(repeat):
+        _reset(backend)
+        sides = [("project", project_side), ("bare", bare_side)]
+        if run % 2:
+            sides.reverse()
+        for side, function in sides:
+            push_rate, drain_rate = function(backend, n)
+            samples[f"{side}_push"].append(push_rate)
+            samples[f"{side}_drain"].append(drain_rate)
+            _log(f"  {backend} run {run + 1}/{repeat} {side:7}: "
+                 f"push {push_rate:8.0f}/s  drain {drain_rate:8.0f}/s")
+    _close_django_connections()
+    return samples
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+def summarize(samples: dict[str, list[float]]) -> dict[str, float]:
+    medians = {metric: statistics.median(values) for metric, values in samples.items()}
+    medians["push_ratio"] = medians["project_push"] / medians["bare_push"]
+    medians["drain_ratio"] = medians["project_drain"] / medians["bare_drain"]
+    return medians
+
+
+def table(results: dict[str, dict[str, float]]) -> str:
+    header = ("backend", "project push/s", "bare push/s", "push ratio", "project drain/s", "bare drain/s",
+              "drain ratio")
+    rows = [header]
+    for backend, m in results.items():
+        rows.append((
+            backend, f"{m['project_push']:,.0f}", f"{m['bare_push']:,.0f}", f"{m['push_ratio']:.0%}",
+            f"{m['project_drain']:,.0f}", f"{m['bare_drain']:,.0f}", f"{m['drain_ratio']:.0%}",
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = []
+    for index, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])]
+        cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
+        lines.append("  ".join(cells))
+        if index == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def verdicts(results: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
+    if TARGET_BACKEND not in results:
+        return {}
+    m = results[TARGET_BACKEND]
+    return {
+        kind: {"ratio": m[f"{kind}_ratio"], "target": target, "pass": m[f"{kind}_ratio"] >= target}
+        for kind, target in TARGETS.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup(args.backends)
+    _log(f"bench: N={args.n}, repeat={args.repeat}, backends={','.join(args.backends)}")
+    samples = {backend: measure(backend, args.n, args.repeat) for backend in args.backends}
+    results = {backend: summarize(s) for backend, s in samples.items()}
+    print(f"\nkinetis_queue vs bare driver: N={args.n} no-op jobs, median of {args.repeat}, "
+          f"one worker process, CONN_MAX_AGE=0\n")
+    print(table(results))
+    checks = verdicts(results)
+    if checks:
+        print()
+        for kind, check in checks.items():
+            status = "PASS" if check["pass"] else "FAIL"
+            print(f"{status}  {TARGET_BACKEND} {kind}: project at {check['ratio']:.0%} of bare "
+                  f"(target >= {check['target']:.0%})")
+    if args.json is not None:
+        import django
+
+        report = {
+            "n": args.n,
+            "repeat": args.repeat,
+            "queue": QUEUE,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "python": platform.python_version(),
+            "django": django.get_version(),
+            "cpus": os.cpu_count(),
+            "results": {name: {"median": results[name], "samples": samples[name]} for name in results},
+            "targets": checks,
+        }
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""SQL backend across real processes: a SIGKILLed worker loses nothing; competing poppers never share a job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.db import connections as db_connections
+
+from kinetis_queue import connections
+from tests.backends import SQL_BACKENDS, Backend
+from tests.conftest import wait_until
+from tests.jobs import HangsOnFirstAttempt, Noop
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "KINETIS_TESTS_SUBPROCESS": "1", "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "tests.settings"}
+
+
+def _worker_command(backend: Backend, queue: str, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "django", "queue_work", "--settings=tests.settings",
+        f"--connection={backend.connection}", f"--queue={queue}", "-v", "0", *extra,
+    ]
+
+
+def _rows(backend: Backend, queue: str) -> int:
+    with db_connections[backend.database or "default"].cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM kinetis_queue_jobs WHERE queue = %s", [queue])
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS, ids=lambda b: b.id)
+def test_a_sigkilled_worker_loses_nothing(backend: Backend, queue_name: str, tmp_path: Path) -> None:
+    """Contract: A worker that dies mid-job is reclaimed once the reservation passes the visibility timeout."""
+    queue = connections.build(backend.connection)
+    marker, done = tmp_path / "running", tmp_path / "done"
+    job_id = queue.push(HangsOnFirstAttempt(str(marker), str(done)), queue=queue_name, max_attempts=5)
+
+    first = subprocess.Popen(_worker_command(backend, queue_name, "--sleep=1"), env=_env(), cwd=ROOT)
+    try:
+        wait_until(marker.exists, timeout=60)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    assert first.returncode == -signal.SIGKILL
+    assert not done.exists()
+
+    # A second real worker takes the job over once the 1 s visibility timeout has passed.
+    second = subprocess.run(
+        _worker_command(backend, queue_name, "--once", "--sleep=30"), env=_env(), cwd=ROOT, timeout=90,
+        capture_output=True, text=True,
+    )
+    assert second.returncode == 0, second.stderr
+    assert done.read_text() == "2"  # the job ran again, as attempt 2
+    assert _rows(backend, queue_name) == 0
+    assert queue.size(queue_name) == 0
+    del job_id
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS, ids=lambda b: b.id)
+def test_competing_processes_never_reserve_a_job_twice(backend: Backend, queue_name: str) -> None:
+    """Contract: two workers popping at the same instant never receive the same delivery."""
+    queue = connections.build(backend.connection)
+    pushed = {queue.push(Noop(), queue=queue_name) for _ in range(240)}
+    poppers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.popper", backend.connection, queue_name],
+            env=_env(), cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        )
+        for _ in range(3)
+    ]
+    settled: list[str] = []
+    for popper in poppers:
+        out, _ = popper.communicate(timeout=120)
+        assert popper.returncode == 0
+        settled.extend(json.loads(out))
+    assert len(settled) == len(set(settled)), "a job was delivered to two processes"
+    assert set(settled) == pushed
+    assert _rows(backend, queue_name) == 0
