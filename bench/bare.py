@@ -141,8 +141,12 @@ def push(backend: str, queue: str, n: int) -> float:
     return time.perf_counter() - started
 
 
-def drain(backend: str, queue: str, n: int) -> float:
-    """Claim and delete ``n`` jobs one at a time; return the seconds taken (connect included)."""
+def drain(backend: str, queue: str, n: int, *, async_commit: bool = False) -> float:
+    """Claim and delete ``n`` jobs one at a time; return the seconds taken (connect included).
+
+    ``async_commit`` (PostgreSQL only) sets ``synchronous_commit = off`` on the drain connection,
+    the commit mode the project's worker connection uses: a supplementary, like-for-like reference.
+    """
     p = _placeholder(backend)
     claimable = CLAIMABLE.format(p=p)
     delete = f"DELETE FROM {TABLE} WHERE id = {p} AND reserved_token = {p}"
@@ -171,6 +175,11 @@ def drain(backend: str, queue: str, n: int) -> float:
     conn = connect(backend, autocommit=False)
     try:
         cursor = conn.cursor()
+        if async_commit:
+            if vendor(backend) != "postgresql":
+                raise SystemExit("bare drain: --async-commit is PostgreSQL only")
+            cursor.execute("SET synchronous_commit TO OFF")
+            conn.commit()
         for _ in range(n):
             now = time.time()
             token = secrets.token_hex(16)
@@ -192,8 +201,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backend", required=True, choices=sorted(BACKENDS))
     parser.add_argument("--queue", required=True)
     parser.add_argument("--n", type=int, required=True)
+    parser.add_argument("--async-commit", action="store_true", help="PostgreSQL: synchronous_commit = off")
     args = parser.parse_args(argv)
-    seconds = drain(args.backend, args.queue, args.n)
+    seconds = drain(args.backend, args.queue, args.n, async_commit=args.async_commit)
     print(json.dumps({"jobs": args.n, "seconds": seconds, "rate": args.n / seconds}))
 
 

@@ -8,8 +8,12 @@ connection's MAX_ATTEMPTS and RETRY_BASE_DELAY), then times only the ``worker.pr
 settlements and the signals. The first call opens the worker's connection, as in a real worker
 (the bare loop's timing includes its connect too).
 
+It also counts the database connections opened during the timed loop (Django's
+``connection_created`` signal, sent by every DatabaseWrapper that connects): with the default
+CONN_MAX_AGE = 0 the worker must still open one connection for the whole drain, not one per job.
+
 Run as ``python -m bench.drain --connection C --queue Q --n N`` with DJANGO_SETTINGS_MODULE (or
-the default ``bench.settings``); prints ``{"jobs": N, "seconds": s, "rate": N/s}`` as JSON.
+the default ``bench.settings``); prints ``{"jobs": N, "seconds": s, "rate": N/s, "connects": c}`` as JSON.
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ import argparse
 import json
 import os
 import time
+from typing import Any
 
 
-def drain(connection: str, queue: str, n: int) -> float:
-    """Process ``n`` jobs with a Worker on ``connection``; return the seconds the N calls took."""
+def drain(connection: str, queue: str, n: int) -> tuple[float, int]:
+    """Process ``n`` jobs with a Worker on ``connection``; return (seconds of the N calls, connects)."""
+    from django.db.backends.signals import connection_created
+
     from kinetis_queue import conf, connections
     from kinetis_queue.contracts import DisposableQueue
     from kinetis_queue.worker import Worker
@@ -31,13 +38,20 @@ def drain(connection: str, queue: str, n: int) -> float:
     worker = Worker(built, connection=connection, default_max_attempts=settings.max_attempts,
                     retry_base_delay=settings.retry_base_delay)
     queues = [queue]
+    connects: list[str] = []
+
+    def count_connect(sender: Any, connection: Any, **kwargs: Any) -> None:
+        connects.append(connection.alias)
+
+    connection_created.connect(count_connect, weak=False)
     try:
         started = time.perf_counter()
         while worker.processed < n:
             if not worker.process_next(0.5, queues):
                 raise SystemExit(f"drain: {queue!r} on {connection!r} ran dry after {worker.processed} jobs")
-        return time.perf_counter() - started
+        return time.perf_counter() - started, len(connects)
     finally:
+        connection_created.disconnect(count_connect)
         worker.close()
         if isinstance(built, DisposableQueue):
             built.dispose()
@@ -53,8 +67,8 @@ def main(argv: list[str] | None = None) -> None:
     import django
 
     django.setup()
-    seconds = drain(args.connection, args.queue, args.n)
-    print(json.dumps({"jobs": args.n, "seconds": seconds, "rate": args.n / seconds}))
+    seconds, connects = drain(args.connection, args.queue, args.n)
+    print(json.dumps({"jobs": args.n, "seconds": seconds, "rate": args.n / seconds, "connects": connects}))
 
 
 if __name__ == "__main__":

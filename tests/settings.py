@@ -11,11 +11,12 @@ import tempfile
 from pathlib import Path
 
 SUBPROCESS = os.environ.get("KINETIS_TESTS_SUBPROCESS") == "1"
-SQLITE_TEST_FILE = os.environ.get(
-    "KINETIS_TESTS_SQLITE", str(Path(tempfile.gettempdir()) / "kinetis_queue_test.sqlite3")
-)
-PG_TEST_NAME = "test_kinetis_queue"
-MARIADB_TEST_NAME = "test_kinetis_queue"
+#: Test databases are named per run, so two runs on one machine never drop each other's; worker
+#: subprocesses inherit the variable and so find the same databases.
+RUN_ID = os.environ.setdefault("KINETIS_TESTS_RUN_ID", str(os.getpid()))
+SQLITE_TEST_FILE = str(Path(tempfile.gettempdir()) / f"kinetis_queue_test_{RUN_ID}.sqlite3")
+PG_TEST_NAME = f"test_kinetis_queue_{RUN_ID}"
+MARIADB_TEST_NAME = f"test_kinetis_queue_{RUN_ID}"
 
 SECRET_KEY = "kinetis-queue-tests"
 USE_TZ = True
