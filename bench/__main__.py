@@ -34,11 +34,11 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "bench"
-DRAIN_POLL = 0.5
+#: Push blocks: the two sides alternate every PUSH_BLOCK jobs.
+PUSH_BLOCK = 250
 #: PostgreSQL targets from the issue: project rate / bare rate, measured in the same run.
 TARGETS = {"push": 0.70, "drain": 0.60}
 TARGET_BACKEND = "sql-postgres"
-METRICS = ("project_push", "bare_push", "project_drain", "bare_drain")
 ALL_BACKENDS = ["sql-postgres", "sql-mariadb", "sql-sqlite"]
 
 
@@ -151,8 +151,8 @@ def _close_django_connections() -> None:
     connections.close_all()
 
 
-def _run_child(module: str, args: list[str]) -> float:
-    """Run ``python -m module args`` from the repo root; return the jobs/s it prints as JSON."""
+def _run_child(module: str, args: list[str]) -> dict[str, Any]:
+    """Run ``python -m module args`` from the repo root; return the JSON object it prints last."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run(
@@ -161,68 +161,111 @@ def _run_child(module: str, args: list[str]) -> float:
     )
     if done.returncode != 0:
         raise SystemExit(f"bench: {module} {' '.join(args)} exited with status {done.returncode}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    return float(result["rate"])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
-# -- the two sides -----------------------------------------------------------------------------------
+# -- the measurements --------------------------------------------------------------------------------
 
 
-def project_side(backend: str, n: int) -> tuple[float, float]:
-    """Push then drain N jobs through the library; return (push/s, drain jobs/s)."""
+def push_phase(backend: str, n: int, project_first: bool) -> dict[str, float]:
+    """Push N jobs on each side, interleaved in blocks of PUSH_BLOCK; return both push/s.
+
+    Interleaving spreads the load of this shared machine over both sides alike. Each side pushes on
+    one connection opened before the clock starts (Django's own connection for the alias, opened
+    by a first query; the bare loop's driver connection).
+    """
+    from bench import bare
     from bench.jobs import Noop
     from kinetis_queue import queues
 
     queue = queues[_connection(backend)]
     _vacuum(backend)
-    _close_django_connections()  # the timed loop opens its connection, as the bare loop does
-    started = time.perf_counter()
-    for _ in range(n):
-        queue.push(Noop(), queue=QUEUE)
-    push_rate = n / (time.perf_counter() - started)
+    _project_count(backend)  # opens Django's connection for the alias
+    conn = bare.connect(backend, autocommit=True)
+    times = {"project": 0.0, "bare": 0.0}
+
+    def project_block(count: int) -> None:
+        started = time.perf_counter()
+        for _ in range(count):
+            queue.push(Noop(), queue=QUEUE)
+        times["project"] += time.perf_counter() - started
+
+    def bare_block(count: int) -> None:
+        times["bare"] += bare.push(conn, backend, QUEUE, count)
+
+    blocks = [project_block, bare_block] if project_first else [bare_block, project_block]
+    try:
+        for offset in range(0, n, PUSH_BLOCK):
+            for block in blocks:
+                block(min(PUSH_BLOCK, n - offset))
+    finally:
+        conn.close()
     if (pushed := _project_count(backend)) != n:
         raise SystemExit(f"bench: {backend} project push left {pushed} rows, expected {n}")
+    if (pushed := bare.count(backend, QUEUE)) != n:
+        raise SystemExit(f"bench: {backend} bare push left {pushed} rows, expected {n}")
+    return {"project_push": n / times["project"], "bare_push": n / times["bare"]}
+
+
+def project_drain(backend: str, n: int) -> dict[str, float]:
+    """Drain the N project jobs with a Worker in a fresh process; return jobs/s and its connects."""
     _vacuum(backend)
     _close_django_connections()
-    drain_rate = _run_child(
-        "bench.drain", ["--connection", _connection(backend), "--queue", QUEUE, "--n", str(n)]
-    )
+    drained = _run_child("bench.drain", ["--connection", _connection(backend), "--queue", QUEUE, "--n", str(n)])
     left, failed = _project_count(backend), _failed_count(backend)
     if left or failed:
         raise SystemExit(f"bench: {backend} project drain left {left} rows and recorded {failed} failed jobs")
-    return push_rate, drain_rate
+    return {"project_drain": drained["rate"], "drain_connects": drained["connects"]}
 
 
-def bare_side(backend: str, n: int) -> tuple[float, float]:
-    """Push then drain N jobs with the bare driver loops; return (push/s, drain jobs/s)."""
+def bare_drain(backend: str, n: int, *, async_commit: bool = False) -> dict[str, float]:
+    """Drain the N bare jobs with the bare loop in a fresh process; return jobs/s."""
     from bench import bare
 
     _vacuum(backend)
     _close_django_connections()
-    push_rate = n / bare.push(backend, QUEUE, n)
-    if (pushed := bare.count(backend, QUEUE)) != n:
-        raise SystemExit(f"bench: {backend} bare push left {pushed} rows, expected {n}")
-    _vacuum(backend)
-    _close_django_connections()
-    drain_rate = _run_child("bench.bare", ["--backend", backend, "--queue", QUEUE, "--n", str(n)])
+    args = ["--backend", backend, "--queue", QUEUE, "--n", str(n), *(["--async-commit"] if async_commit else [])]
+    rate = float(_run_child("bench.bare", args)["rate"])
     if left := bare.count(backend, QUEUE):
         raise SystemExit(f"bench: {backend} bare drain left {left} rows")
-    return push_rate, drain_rate
+    return {"bare_drain_async" if async_commit else "bare_drain": rate}
+
+
+def like_for_like_drain(backend: str, n: int) -> dict[str, float]:
+    """PostgreSQL only: push N bare jobs (untimed), drain them with ``synchronous_commit = off``.
+
+    The project's worker connection commits asynchronously; the reference loop of the issue
+    commits synchronously. This supplementary figure is the bare loop in the project's commit mode.
+    """
+    from bench import bare
+
+    conn = bare.connect(backend, autocommit=True)
+    try:
+        bare.push(conn, backend, QUEUE, n)
+    finally:
+        conn.close()
+    return bare_drain(backend, n, async_commit=True)
 
 
 def measure(backend: str, n: int, repeat: int) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {metric: [] for metric in METRICS}
+    """``repeat`` rounds of both sides (which side goes first alternates); every sample of every metric."""
+    from bench import bare
+
+    samples: dict[str, list[float]] = {}
     for run in range(repeat):
         _reset(backend)
-        sides = [("project", project_side), ("bare", bare_side)]
-        if run % 2:
-            sides.reverse()
-        for side, function in sides:
-            push_rate, drain_rate = function(backend, n)
-            samples[f"{side}_push"].append(push_rate)
-            samples[f"{side}_drain"].append(drain_rate)
-            _log(f"  {backend} run {run + 1}/{repeat} {side:7}: "
-                 f"push {push_rate:8.0f}/s  drain {drain_rate:8.0f}/s")
+        project_first = run % 2 == 0
+        result = push_phase(backend, n, project_first)
+        drains = [project_drain, bare_drain] if project_first else [bare_drain, project_drain]
+        for drain in drains:
+            result.update(drain(backend, n))
+        if bare.vendor(backend) == "postgresql":
+            result.update(like_for_like_drain(backend, n))
+        for metric, value in result.items():
+            samples.setdefault(metric, []).append(value)
+        _log(f"  {backend} run {run + 1}/{repeat}: "
+             + "  ".join(f"{metric} {value:,.0f}" for metric, value in result.items()))
     _close_django_connections()
     return samples
 
@@ -231,9 +274,12 @@ def measure(backend: str, n: int, repeat: int) -> dict[str, list[float]]:
 
 
 def summarize(samples: dict[str, list[float]]) -> dict[str, float]:
+    """Medians of every metric, and the project / bare ratios of the medians."""
     medians = {metric: statistics.median(values) for metric, values in samples.items()}
     medians["push_ratio"] = medians["project_push"] / medians["bare_push"]
     medians["drain_ratio"] = medians["project_drain"] / medians["bare_drain"]
+    if "bare_drain_async" in medians:
+        medians["drain_ratio_async"] = medians["project_drain"] / medians["bare_drain_async"]
     return medians
 
 
@@ -257,6 +303,27 @@ def table(results: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def notes(results: dict[str, dict[str, float]], n: int) -> list[str]:
+    """The supplementary lines: connections the worker opened, and the like-for-like PostgreSQL reference."""
+    lines = [
+        "connections opened by the project worker during a drain of N jobs (median): "
+        + ", ".join(f"{backend} {m['drain_connects']:.0f}" for backend, m in results.items())
+    ]
+    lines += [
+        f"WARNING  {backend}: the worker opened {m['drain_connects']:.0f} connections for {n} jobs "
+        "(a reconnect per job?)"
+        for backend, m in results.items()
+        if m["drain_connects"] > 2
+    ]
+    for backend, m in results.items():
+        if "bare_drain_async" in m:
+            lines.append(
+                f"{backend}, like for like (bare drain with synchronous_commit = off, as the project worker "
+                f"commits): bare {m['bare_drain_async']:,.0f}/s, project at {m['drain_ratio_async']:.0%}"
+            )
+    return lines
+
+
 def verdicts(results: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
     if TARGET_BACKEND not in results:
         return {}
@@ -276,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nkinetis_queue vs bare driver: N={args.n} no-op jobs, median of {args.repeat}, "
           f"one worker process, CONN_MAX_AGE=0\n")
     print(table(results))
+    print()
+    for line in notes(results, args.n):
+        print(line)
     checks = verdicts(results)
     if checks:
         print()

@@ -122,22 +122,19 @@ def clear(backend: str) -> None:
         conn.close()
 
 
-def push(backend: str, queue: str, n: int) -> float:
-    """Insert ``n`` jobs, one autocommitted INSERT each; return the seconds taken (connect included)."""
+def push(conn: Any, backend: str, queue: str, n: int) -> float:
+    """Insert ``n`` jobs on ``conn`` (autocommit), one INSERT each; return the seconds taken."""
     p = _placeholder(backend)
     sql = (
         f"INSERT INTO {TABLE} (job_id, queue, job_class, args, metadata, attempts, max_attempts, "
         f"pushed_at, available_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
     )
     started = time.perf_counter()
-    conn = connect(backend, autocommit=True)
-    try:
-        cursor = conn.cursor()
-        for _ in range(n):
-            now = time.time()
-            cursor.execute(sql, [uuid.uuid4().hex, queue, JOB_CLASS, "{}", "{}", 0, None, now, now])
-    finally:
-        conn.close()
+    cursor = conn.cursor()
+    for _ in range(n):
+        now = time.time()
+        cursor.execute(sql, [uuid.uuid4().hex, queue, JOB_CLASS, "{}", "{}", 0, None, now, now])
+    cursor.close()
     return time.perf_counter() - started
 
 

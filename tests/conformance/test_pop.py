@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import pytest
+from django.db import connections as db_connections
 
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.exceptions import InvalidQueueArgumentError
@@ -178,7 +179,14 @@ def test_positive_timeout_returns_none_no_earlier_than_its_deadline(connection: 
 def test_job_pushed_during_the_wait_is_found_before_the_deadline(connection: Queue, queue_name: str) -> None:
     """Contract: The pop() priority/timeout contract (a job arriving during a wait is taken by the next sweep)."""
     pushed: list[str] = []
-    pusher = threading.Timer(0.3, lambda: pushed.append(connection.push(Records("late"), queue=queue_name)))
+
+    def push_late() -> None:
+        try:
+            pushed.append(connection.push(Records("late"), queue=queue_name))
+        finally:
+            db_connections.close_all()  # push() used this thread's own Django connection
+
+    pusher = threading.Timer(0.3, push_late)
     pusher.start()
     try:
         delivered = connection.pop(10, [queue_name])
