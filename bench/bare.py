@@ -14,10 +14,16 @@ and index for index:
   RETURNING id``, then the ``DELETE``, each committed on its own.
 
 The claim's WHERE clause is the project's claimability test (queue, due, unreserved or expired),
-so both sides use the same index. Drivers run with their defaults, except that the MariaDB session
-uses READ COMMITTED, the isolation level Django sets on every MySQL connection (the project side
-gets it too). Run as ``python -m bench.bare --backend sql-postgres --queue Q --n N``: drains N
-jobs in this process and prints ``{"jobs": N, "seconds": s, "rate": N/s}`` as JSON.
+so both sides use the same index. Drivers run with their defaults (so psycopg prepares a statement
+run five times, which Django turns off), except that the MariaDB session uses READ COMMITTED, the
+isolation level Django sets on every MySQL connection (the project side gets it too).
+
+On PostgreSQL, ``--async-commit`` runs the drain with ``synchronous_commit = off``, the commit
+mode of the project's worker connection: a supplementary, like-for-like reference.
+
+Run as ``python -m bench.bare --backend sql-postgres --queue Q --n N [--async-commit]``: drains N
+jobs in this process and prints ``{"jobs": N, "seconds": s, "rate": N/s}`` as JSON. Pushes run in
+the parent process (bench/__main__.py), on a connection it opens before the clock starts.
 """
 
 from __future__ import annotations

@@ -105,3 +105,19 @@ class CallsBack(Job):
         callback = CALLBACK[0]
         callback(context)  # type: ignore[operator]
         CALLS.append(("CallsBack", context.attempts))
+
+
+@dataclass
+class SignalsWhileRunning(Job):
+    """Writes ``marker``, waits until ``release`` exists (bounded), then writes ``done``."""
+
+    marker: str
+    release: str
+    done: str
+
+    def handle(self, context: JobContext) -> None:
+        Path(self.marker).write_text(str(context.attempts))
+        deadline = time.monotonic() + 60
+        while not Path(self.release).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        Path(self.done).write_text(str(context.attempts))

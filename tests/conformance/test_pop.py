@@ -90,19 +90,17 @@ def test_empty_queue_list_returns_none_at_once(
 @pytest.mark.parametrize(
     "make_queues",
     [
-        lambda q: [q, q],
-        lambda q: [q, f"{q}-other", q],
-        lambda q: [q, "a b"],
-        lambda q: [q, ""],
-        lambda q: [q, "x" * 81],
-        lambda q: [q, f"{q}.tier"],
-        lambda q: [q, f"{q}\n"],
-        lambda q: [q, None],
-        lambda q: [q, 5],
-        lambda q: [q, b"name"],
+        pytest.param(lambda q: [q, q], id="repeated"),
+        pytest.param(lambda q: [q, f"{q}-other", q], id="repeated-apart"),
+        pytest.param(lambda q: [q, "a b"], id="space"),
+        pytest.param(lambda q: [q, ""], id="empty"),
+        pytest.param(lambda q: [q, "x" * 81], id="81-chars"),
+        pytest.param(lambda q: [q, f"{q}.tier"], id="dot"),
+        pytest.param(lambda q: [q, f"{q}\n"], id="trailing-newline"),
+        pytest.param(lambda q: [q, None], id="none"),
+        pytest.param(lambda q: [q, 5], id="int"),
+        pytest.param(lambda q: [q, b"name"], id="bytes"),
     ],
-    ids=["repeated", "repeated-apart", "space", "empty", "81-chars", "dot", "trailing-newline", "none", "int",
-         "bytes"],
 )
 def test_invalid_queue_list_is_rejected_before_any_queue_is_touched(
     connection: Queue, backend: Backend, queue_name: str, make_queues: Any
@@ -126,15 +124,17 @@ def test_invalid_queue_list_is_rejected_before_any_queue_is_touched(
     assert connection.size(queue_name) == 0
 
 
-@pytest.mark.parametrize("queues", ["name", b"name"], ids=["str", "bytes"])
+@pytest.mark.parametrize(
+    "make_queues", [pytest.param(lambda q: q, id="str"), pytest.param(lambda q: q.encode(), id="bytes")]
+)
 def test_single_name_instead_of_a_list_is_rejected(
-    connection: Queue, backend: Backend, queue_name: str, queues: Any
+    connection: Queue, backend: Backend, queue_name: str, make_queues: Any
 ) -> None:
     """Contract: Queue names (queues is a list; a bare string would be read as one-letter queue names)."""
     connection.push(Records("untouched"), queue=queue_name)
 
     with pytest.raises(InvalidQueueArgumentError):
-        connection.pop(1, queue_name if queues == "name" else queue_name.encode())
+        connection.pop(1, make_queues(queue_name))
 
     assert connection.size(queue_name) == (1 if backend.stores_jobs else 0)
 
@@ -175,21 +175,29 @@ def test_positive_timeout_returns_none_no_earlier_than_its_deadline(connection: 
     assert connection.size(queue_name) == 0
 
 
-@pytest.mark.trait("stores_jobs")
-def test_job_pushed_during_the_wait_is_found_before_the_deadline(connection: Queue, queue_name: str) -> None:
-    """Contract: The pop() priority/timeout contract (a job arriving during a wait is taken by the next sweep)."""
-    pushed: list[str] = []
+def _push_later(connection: Queue, queue: str, seconds: float, pushed: list[str]) -> threading.Timer:
+    """Push a job from another thread after ``seconds``, appending its id to ``pushed``."""
 
-    def push_late() -> None:
+    def push() -> None:
         try:
-            pushed.append(connection.push(Records("late"), queue=queue_name))
+            pushed.append(connection.push(Records("late"), queue=queue))
         finally:
             db_connections.close_all()  # push() used this thread's own Django connection
 
-    pusher = threading.Timer(0.3, push_late)
-    pusher.start()
+    timer = threading.Timer(seconds, push)
+    timer.start()
+    return timer
+
+
+@pytest.mark.trait("stores_jobs")
+@pytest.mark.parametrize("timeout", [10, 0], ids=["deadline", "no-deadline"])
+def test_job_pushed_during_the_wait_is_found(connection: Queue, queue_name: str, timeout: float) -> None:
+    """Contract: The pop() priority/timeout contract (a job arriving during a wait is taken by the next
+    sweep; timeout 0 waits with no deadline until one is available)."""
+    pushed: list[str] = []
+    pusher = _push_later(connection, queue_name, 0.3, pushed)
     try:
-        delivered = connection.pop(10, [queue_name])
+        delivered = connection.pop(timeout, [queue_name])
     finally:
         pusher.join()
 
@@ -197,6 +205,31 @@ def test_job_pushed_during_the_wait_is_found_before_the_deadline(connection: Que
     assert [delivered.id] == pushed
     connection.ack(delivered)
     assert connection.size(queue_name) == 0
+
+
+@pytest.mark.trait("stores_jobs")
+def test_job_arriving_on_a_higher_priority_queue_during_a_wait_is_taken_first(
+    connection: Queue, queue_name: str
+) -> None:
+    """Contract: The pop() priority/timeout contract (every probe reserves what it finds, in list order)."""
+    high, low = f"{queue_name}-high", f"{queue_name}-low"
+    low_id = connection.push(Records("low"), queue=low, delay=1.0)
+    pushed: list[str] = []
+    pusher = _push_later(connection, high, 0.3, pushed)
+    try:
+        # Both are due by the sweep that follows the first pause, and that sweep goes in list order.
+        first = connection.pop(10, [high, low])
+    finally:
+        pusher.join()
+    second = connection.pop(10, [high, low])
+
+    assert first is not None
+    assert second is not None
+    assert [first.id, second.id] == [*pushed, low_id]
+    connection.ack(first)
+    connection.ack(second)
+    assert connection.size(high) == 0
+    assert connection.size(low) == 0
 
 
 @pytest.mark.trait("stores_jobs", "atomic_reserve")

@@ -15,13 +15,18 @@ from django.db import connections as db_connections
 from kinetis_queue import connections
 from tests.backends import SQL_BACKENDS, Backend
 from tests.conftest import wait_until
-from tests.jobs import HangsOnFirstAttempt, Noop
+from tests.jobs import HangsOnFirstAttempt, Noop, SignalsWhileRunning
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "KINETIS_TESTS_SUBPROCESS": "1", "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    return {
+        **os.environ,
+        "KINETIS_TESTS_SUBPROCESS": "1",
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+    }
 
 
 def _worker_command(backend: Backend, queue: str, *extra: str) -> list[str]:
@@ -85,3 +90,39 @@ def test_competing_processes_never_reserve_a_job_twice(backend: Backend, queue_n
     assert len(settled) == len(set(settled)), "a job was delivered to two processes"
     assert set(settled) == pushed
     assert _rows(backend, queue_name) == 0
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS[:1], ids=lambda b: b.id)
+def test_sigterm_stops_the_worker_between_jobs(backend: Backend, queue_name: str, tmp_path: Path) -> None:
+    """Contract: Shutdown. The running job finishes and is acked; the next one is left for later."""
+    queue = connections.build(backend.connection)
+    marker, release, done = tmp_path / "running", tmp_path / "release", tmp_path / "done"
+    queue.push(SignalsWhileRunning(str(marker), str(release), str(done)), queue=queue_name)
+    queue.push(Noop(), queue=queue_name)
+    worker = subprocess.Popen(_worker_command(backend, queue_name, "--sleep=1"), env=_env(), cwd=ROOT)
+    wait_until(marker.exists, timeout=60)
+    worker.send_signal(signal.SIGTERM)
+    release.touch()
+    assert worker.wait(timeout=60) == 0
+    assert done.read_text() == "1"
+    assert _rows(backend, queue_name) == 1  # the Noop was never taken
+    assert queue.size(queue_name) == 1
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS[:1], ids=lambda b: b.id)
+def test_a_second_signal_exits_at_once_without_settling(backend: Backend, queue_name: str, tmp_path: Path) -> None:
+    """DESIGN.md §4: a second signal while a job runs exits at once; the backend redelivers the job."""
+    queue = connections.build(backend.connection)
+    marker, release, done = tmp_path / "running", tmp_path / "release", tmp_path / "done"
+    queue.push(SignalsWhileRunning(str(marker), str(release), str(done)), queue=queue_name)
+    worker = subprocess.Popen(_worker_command(backend, queue_name, "--sleep=1"), env=_env(), cwd=ROOT)
+    wait_until(marker.exists, timeout=60)
+    worker.send_signal(signal.SIGTERM)
+    worker.send_signal(signal.SIGINT)
+    assert worker.wait(timeout=60) in (128 + signal.SIGINT, 128 + signal.SIGTERM)
+    assert not done.exists()
+    release.touch()
+    # Unsettled: the reservation expires and the job comes back as attempt 2.
+    job = queue.pop(30, [queue_name])
+    assert job is not None and job.attempts == 2
+    queue.ack(job)

@@ -1,0 +1,114 @@
+"""Conformance: RenewableQueue (contract: "Reservation renewal")."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kinetis_queue.contracts import RenewableQueue
+from tests.conftest import wait_until
+from tests.jobs import Records
+
+#: tests/settings.py gives every renewable test connection a one-second visibility timeout.
+CONFIGURED_VISIBILITY_TIMEOUT = 1
+
+pytestmark = [pytest.mark.trait("stores_jobs"), pytest.mark.requires.with_args(RenewableQueue)]
+
+
+def test_visibility_timeout_is_the_configured_window(connection: RenewableQueue, queue_name: str) -> None:
+    """Contract: Reservation renewal (visibilityTimeoutSeconds() is the reservation's window).
+
+    An unrenewed reservation must not count as waiting again before that window has passed.
+    """
+    assert connection.visibility_timeout() == CONFIGURED_VISIBILITY_TIMEOUT
+    assert type(connection.visibility_timeout()) is int
+
+    connection.push(Records("held"), queue=queue_name)
+    before_pop = time.monotonic()
+    job = connection.pop(5, [queue_name])
+    assert job is not None
+    assert connection.size(queue_name) == 0
+
+    wait_until(lambda: connection.size(queue_name) == 1, timeout=10)
+    assert time.monotonic() - before_pop >= connection.visibility_timeout()
+    connection.ack(job)  # nobody reclaimed it, so the holder can still settle
+    assert connection.size(queue_name) == 0
+
+
+def test_renewed_job_is_not_redelivered(connection: RenewableQueue, queue_name: str) -> None:
+    """Contract: Reservation renewal (each renew() moves the window forward; it settles nothing and
+    consumes no attempt)."""
+    connection.push(Records("long-running"), queue=queue_name)
+    job = connection.pop(5, [queue_name])
+    assert job is not None
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def renew_every_300_ms() -> None:
+        try:
+            while not stop.wait(0.3):
+                connection.renew(job)
+        except BaseException as exc:  # re-raised in the test's own thread below
+            errors.append(exc)
+
+    renewer = threading.Thread(target=renew_every_300_ms)
+    renewer.start()
+    try:
+        # A bounded negative observation, the one way to see a non-event: 2.5 s is two and a half
+        # visibility timeouts, so without the renewals this pop would reclaim the job at least once.
+        redelivered = connection.pop(2.5, [queue_name])
+        still_hidden = connection.size(queue_name)
+    finally:
+        stop.set()
+        renewer.join(10)
+
+    if errors:
+        raise errors[0]
+    assert redelivered is None
+    assert still_hidden == 0
+    # The renewed reservation is still the holder's: its release works, and the attempt count shows
+    # the renewals consumed none.
+    connection.release(job)
+    again = connection.pop(5, [queue_name])
+    assert again is not None
+    assert (again.id, again.attempts) == (job.id, 2)
+    connection.ack(again)
+    assert connection.size(queue_name) == 0
+
+
+def test_renew_after_ack_does_not_raise_or_resurrect_the_job(connection: RenewableQueue, queue_name: str) -> None:
+    """Contract: Reservation renewal (renew() claims nothing about the delivery; it never adds one back)."""
+    connection.push(Records("done"), queue=queue_name)
+    job = connection.pop(5, [queue_name])
+    assert job is not None
+    connection.ack(job)
+
+    connection.renew(job)
+    connection.renew(job)
+
+    assert connection.size(queue_name) == 0
+    # A bounded negative observation: a renewal that wrote the job back as reserved would show up
+    # once that reservation expired, so the look outlasts one visibility timeout plus a sweep pause.
+    assert connection.pop(connection.visibility_timeout() + 1.1, [queue_name]) is None
+    assert connection.size(queue_name) == 0
+
+
+def test_renew_of_a_reclaimed_delivery_does_not_take_the_reservation_back(
+    connection: RenewableQueue, queue_name: str
+) -> None:
+    """Contract: Reservation renewal (the fence: a renewal names one reservation, and never another)."""
+    connection.push(Records("reclaimed"), queue=queue_name)
+    first = connection.pop(5, [queue_name])
+    assert first is not None
+    second = connection.pop(10, [queue_name])  # the pop's own deadline is the wait for expiry
+    assert second is not None
+    assert (second.id, second.attempts) == (first.id, 2)
+
+    connection.renew(first)
+
+    # The live delivery is untouched: the renewal did not write the old receipt back, so the
+    # current holder's settlement still matches.
+    connection.ack(second)
+    assert connection.size(queue_name) == 0
