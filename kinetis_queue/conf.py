@@ -37,7 +37,7 @@ DEFAULTS: dict[str, Any] = {"VISIBILITY_TIMEOUT": 300, "MAX_ATTEMPTS": 0, "RETRY
 #: Backend-specific keys each built-in backend accepts (a custom backend may carry any key).
 BACKEND_KEYS: dict[str, frozenset[str]] = {
     "sync": frozenset(),
-    "sql": frozenset({"DATABASE"}),
+    "sql": frozenset({"DATABASE", "PREPARED_STATEMENTS"}),
     "redis": frozenset({"URL", "CACHE", "PREFIX", "SOCKET_TIMEOUT"}),
     "sqs": frozenset({"REGION", "ENDPOINT_URL", "QUEUE_PREFIX", "ACCESS_KEY_ID", "SECRET_ACCESS_KEY"}),
     "rabbitmq": frozenset({"URL"}),
@@ -150,6 +150,8 @@ def _connection(name: Any, entry: Any, defaults: dict[str, Any]) -> ConnectionSe
         database = entry.get("DATABASE", "default")
         if type(database) is not str or database not in settings.DATABASES:
             raise _fail((*path, "DATABASE"), "must name an alias in DATABASES")
+        if type(entry.get("PREPARED_STATEMENTS", True)) is not bool:
+            raise _fail((*path, "PREPARED_STATEMENTS"), "must be True or False")
     return ConnectionSettings(
         name=name,
         backend=backend,

@@ -42,9 +42,10 @@ def _assert_never_redelivered(connection: Queue, queue: str) -> None:
     """Nothing comes back, even after a reservation the settlement failed to end would have expired.
 
     A bounded negative observation: a settled job is indistinguishable from a reserved one until the
-    reservation would expire, so the look outlasts one visibility timeout plus one sweep pause.
+    reservation would expire, so the look outlasts one visibility timeout: its sweeps at 1 s and
+    1.5 s both come after the reservation taken before the look would have expired.
     """
-    window = connection.visibility_timeout() + 1.1 if isinstance(connection, RenewableQueue) else 1.1
+    window = connection.visibility_timeout() + 0.5 if isinstance(connection, RenewableQueue) else 1.5
     assert connection.pop(window, [queue]) is None
     assert connection.size(queue) == 0
 
@@ -81,23 +82,37 @@ def test_release_makes_the_job_poppable_again_as_a_new_delivery(connection: Queu
 
 
 @pytest.mark.trait("stores_jobs")
-@pytest.mark.parametrize("delay", [1.0, timedelta(seconds=1)], ids=["seconds", "timedelta"])
-def test_release_delay_is_a_floor(connection: Queue, queue_name: str, delay: Any) -> None:
+def test_release_delay_is_a_floor(connection: Queue, queue_name: str) -> None:
     """Contract: release() across backends (a job is held for at least the release delay)."""
     connection.push(Records("retried"), queue=queue_name)
     first = _pop(connection, queue_name)
     start = time.monotonic()
 
-    connection.release(first, delay)
+    connection.release(first, 1.0)
 
     assert connection.size(queue_name) == 1  # held back, but waiting work
     assert connection.pop(0.2, [queue_name]) is None
     second = _pop(connection, queue_name)
     elapsed = time.monotonic() - start
+    # A correctness property of the floor, not a speed claim: no upper bound is asserted.
     assert elapsed >= 1.0, f"redelivered {elapsed:.3f}s after a release with a 1s delay"
     assert (second.id, second.attempts) == (first.id, 2)
     connection.ack(second)
     assert connection.size(queue_name) == 0
+
+
+@pytest.mark.trait("stores_jobs")
+def test_release_delay_may_be_a_timedelta(connection: Queue, queue_name: str) -> None:
+    """Contract: release() across backends (the delay, here a timedelta, holds the job back)."""
+    connection.push(Records("retried"), queue=queue_name)
+    first = _pop(connection, queue_name)
+
+    connection.release(first, timedelta(minutes=1))  # type: ignore[arg-type]
+
+    # Held back, yet waiting work. A minute outlasts the test; one sweep is all the look needs.
+    assert connection.size(queue_name) == 1
+    assert connection.pop(0.01, [queue_name]) is None
+    assert connection.size(queue_name) == 1
 
 
 @pytest.mark.trait("stores_jobs")

@@ -29,6 +29,8 @@ INSERT = (
     "INSERT INTO kinetis_queue_jobs (job_id, queue, job_class, args, metadata, attempts, max_attempts, "
     "pushed_at, available_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
+#: Any non-None threshold lets psycopg honour prepare=True on the push INSERT.
+PREPARE_THRESHOLD = 5
 #: The fence: every settlement and renewal names the row and the token its reservation wrote.
 FENCE = "WHERE id = %s AND reserved_token = %s"
 DELETE = f"DELETE FROM kinetis_queue_jobs {FENCE}"
@@ -73,9 +75,10 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     backend_name = "sql"
 
     def __init__(self, *, database: str = "default", visibility_timeout: int = 300,
-                 connection: str | None = None) -> None:
+                 prepared_statements: bool = True, connection: str | None = None) -> None:
         super().__init__(connection=connection)
         self.database = database
+        self.prepared_statements = prepared_statements
         self._visibility_timeout = visibility_timeout
         self._local = threading.local()
         self._opened: list[BaseDatabaseWrapper] = []
@@ -86,6 +89,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         return cls(
             database=settings.options.get("DATABASE", "default"),
             visibility_timeout=settings.visibility_timeout,
+            prepared_statements=settings.options.get("PREPARED_STATEMENTS", True),
             connection=settings.name,
         )
 
@@ -126,21 +130,52 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         return self._visibility_timeout
 
     def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
-        with connections[self.database].cursor() as cursor:
-            cursor.execute(
-                INSERT,
-                [
-                    envelope.id,
-                    queue,
-                    envelope.job_class,
-                    dumps(envelope.args),
-                    dumps(envelope.metadata),
-                    envelope.attempts,
-                    envelope.max_attempts,
-                    envelope.pushed_at,
-                    envelope.pushed_at + delay,
-                ],
-            )
+        params: list[Any] = [
+            envelope.id,
+            queue,
+            envelope.job_class,
+            dumps(envelope.args),
+            dumps(envelope.metadata),
+            envelope.attempts,
+            envelope.max_attempts,
+            envelope.pushed_at,
+            envelope.pushed_at + delay,
+        ]
+        db = connections[self.database]
+        if db.vendor == "postgresql" and self.prepared_statements and not db.queries_logged:
+            self._push_prepared(db, params)
+            return
+        with db.cursor() as cursor:
+            cursor.execute(INSERT, params)
+
+    def _push_prepared(self, db: BaseDatabaseWrapper, params: list[Any]) -> None:
+        """PostgreSQL's hot path: one server-side prepared INSERT on a cursor kept per connection.
+
+        Django binds client-side, never prepares, and builds a cursor per call; on a one-row INSERT
+        that is about 40% of the time (bench/). The statement still runs on Django's own connection
+        for the alias, so it joins an open ``atomic()`` block exactly like ``db.cursor()`` would, and
+        errors are wrapped into Django's as usual. Skipped under DEBUG, whose query log needs
+        Django's cursor, and when PREPARED_STATEMENTS is False (a pooler that cannot keep
+        prepared statements).
+        """
+        db.ensure_connection()
+        db.validate_no_broken_transaction()
+        raw = db.connection
+        cached = getattr(self._local, "push_cursor", None)
+        if cached is None or cached[0] is not raw:
+            import psycopg
+
+            cached = (raw, psycopg.Cursor(raw))
+            self._local.push_cursor = cached
+        # Django opens its connections with prepare_threshold=None, which makes psycopg ignore
+        # prepare=True; lift it for this one statement only, so Django's own queries stay unprepared.
+        threshold = raw.prepare_threshold
+        raw.prepare_threshold = PREPARE_THRESHOLD
+        try:
+            with db.wrap_database_errors:
+                cached[1].execute(INSERT, params, prepare=True)
+        finally:
+            raw.prepare_threshold = threshold
 
     def _sweep(self, queues: tuple[str, ...]) -> QueuedJob | None:
         db = self._worker_db()
