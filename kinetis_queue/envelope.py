@@ -19,14 +19,13 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from kinetis_queue.exceptions import MalformedJobSettledError, MalformedQueuedJobDataError
-from kinetis_queue.validation import QUEUE_NAME
+from kinetis_queue.job import MAX_CLASS_PATH
+from kinetis_queue.validation import MAX_COUNTER, QUEUE_NAME
 
 #: Deepest container nesting accepted inside args or metadata (the argument contract's bound).
 MAX_DEPTH = 32
 #: A stored job id: 32 lowercase hex characters.
 JOB_ID = re.compile(r"[0-9a-f]{32}")
-#: Largest stored attempt counter accepted (a 32-bit signed column's range).
-MAX_COUNTER = 2**31 - 1
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
@@ -165,7 +164,7 @@ def decode_fields(
         lambda v: type(v) in (int, float) and math.isfinite(v) and 0 <= v < 253402300800,
         "pushedAt is out of range",
     )
-    expect(job_class, lambda v: type(v) is str and 0 < len(v) <= 255, "class is missing or too long")
+    expect(job_class, lambda v: type(v) is str and 0 < len(v) <= MAX_CLASS_PATH, "class is missing or too long")
     return Envelope(
         job_id,
         float(pushed_at),

@@ -56,6 +56,10 @@ class JobContext:
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger]
 
 
+#: Longest dotted class path a job can be stored under (the SQL column's width).
+MAX_CLASS_PATH: Final = 255
+
+
 def job_class_path(cls: type) -> str:
     """The dotted path a job class is stored under."""
     return f"{cls.__module__}.{cls.__qualname__}"

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Final, Union
 
 from kinetis_queue.exceptions import JobReconstructionError, UnserializableJobError
-from kinetis_queue.job import Job, Sensitive, job_class_path, resolve_job_class
+from kinetis_queue.job import MAX_CLASS_PATH, Job, Sensitive, job_class_path, resolve_job_class
 
 __all__ = ["MAX_DEPTH", "REDACTED", "deserialize_job", "redacted_args", "serialize_job"]
 
@@ -213,6 +213,11 @@ def serialize_job(job: Job) -> tuple[str, dict[str, Any]]:
         raise UnserializableJobError(f"only a Job instance can be pushed, not a {type(job).__qualname__}")
     cls = type(job)
     path = job_class_path(cls)
+    if len(path) > MAX_CLASS_PATH:
+        raise UnserializableJobError(
+            f"{path[:60]}...: the job class path is longer than {MAX_CLASS_PATH} characters, "
+            "more than any backend stores"
+        )
     try:
         plan = _plan_for(cls)
     except Exception as exc:

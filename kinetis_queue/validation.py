@@ -16,6 +16,8 @@ from kinetis_queue.exceptions import InvalidQueueArgumentError
 
 #: The queue-name grammar: SQS's standard-queue rule, the narrowest of the four backends.
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+#: Largest attempt count or cap a backend stores (a 32-bit signed column's range).
+MAX_COUNTER = 2**31 - 1
 #: The connection-name grammar (contract: "Named connections").
 CONNECTION_NAME = re.compile(r"[a-z][a-z0-9]*")
 
@@ -71,9 +73,9 @@ def validate_max_attempts(max_attempts: object) -> int | None:
     """None defers to the worker's default; 0 or more is the cap itself."""
     if max_attempts is None:
         return None
-    if type(max_attempts) is not int or max_attempts < 0:
+    if type(max_attempts) is not int or not 0 <= max_attempts <= MAX_COUNTER:
         raise InvalidQueueArgumentError(
-            f"max_attempts must be None or an int of 0 or more, got {_shown(max_attempts)}"
+            f"max_attempts must be None or an int from 0 to {MAX_COUNTER}, got {_shown(max_attempts)}"
         )
     return max_attempts
 

@@ -59,6 +59,28 @@ def test_priority_follows_the_list_not_the_names(connection: Queue, queue_name: 
 
 
 @pytest.mark.trait("stores_jobs")
+def test_queue_names_are_case_sensitive(connection: Queue, queue_name: str) -> None:
+    """Contract: Queue names (letters of both cases are in the grammar, so "jobs" and "JOBS" are two queues)."""
+    lower, upper = f"{queue_name}-jobs", f"{queue_name}-JOBS"
+    upper_id = connection.push(Records("upper"), queue=upper)
+
+    assert connection.size(lower) == 0
+    assert connection.pop(0.01, [lower]) is None
+    lower_id = connection.push(Records("lower"), queue=lower)
+    delivered = connection.pop(5, [lower])
+
+    assert delivered is not None
+    assert (delivered.id, delivered.queue) == (lower_id, lower)
+    connection.ack(delivered)
+    assert connection.size(lower) == 0
+    assert connection.size(upper) == 1
+    other = connection.pop(5, [upper])
+    assert other is not None
+    assert (other.id, other.queue) == (upper_id, upper)
+    connection.ack(other)
+
+
+@pytest.mark.trait("stores_jobs")
 def test_jobs_on_one_queue_come_out_in_push_order(connection: Queue, queue_name: str) -> None:
     """Contract: The pop() priority/timeout contract (within a queue, first pushed is first popped)."""
     pushed = [connection.push(Records(f"job-{n}"), queue=queue_name) for n in range(5)]

@@ -202,17 +202,20 @@ def test_push_returns_a_distinct_32_hex_id_that_the_delivery_carries(
 def test_pushed_arguments_come_back_equal_with_exact_types(
     connection: Queue, backend: Backend, queue_name: str
 ) -> None:
-    """Contract: Job arguments (a list, an Enum member and an aware datetime come back equal, same types)."""
+    """Contract: Job arguments (a non-ASCII string, a list, an Enum member and an aware datetime come back
+    equal and of the same types)."""
     when = datetime(2024, 2, 29, 23, 59, 58, 123456, tzinfo=timezone(timedelta(hours=5, minutes=30)))
 
-    connection.push(Records("label", [1, 2, 3], Color.BLUE, when), queue=queue_name)
+    text = 'héllo ✓ 🚀 \x00 "quoted" \\ end'
+
+    connection.push(Records(text, [1, 2, 3], Color.BLUE, when), queue=queue_name)
     _run_delivered(connection, backend, queue_name)
 
     assert len(jobs.CALLS) == 1
     name, label, items, color, seen_when, attempts, queue = jobs.CALLS[0]
     assert (name, label, items, color, seen_when, attempts, queue) == (
         "Records",
-        "label",
+        text,
         [1, 2, 3],
         Color.BLUE,
         when,
@@ -318,3 +321,34 @@ def test_delayed_job_does_not_hold_back_a_due_one(connection: Queue, queue_name:
     assert delivered.id == due
     connection.ack(delivered)
     assert connection.size(queue_name) == 1
+
+
+LongNamedJob = type("LongNamed" + "x" * 250, (Job,), {"handle": lambda self: None, "__module__": __name__})
+
+
+@pytest.mark.trait("stores_jobs")
+@pytest.mark.parametrize(
+    ("job", "max_attempts"),
+    [
+        pytest.param(Records("x"), 2**31, id="max-attempts-2**31"),
+        pytest.param(Records("x"), 2**63, id="max-attempts-2**63"),
+        pytest.param(LongNamedJob(), None, id="class-path-over-255-chars"),
+    ],
+)
+def test_a_push_that_returns_is_delivered_intact(
+    connection: Queue, queue_name: str, job: Job, max_attempts: int | None
+) -> None:
+    """Contract: What push() guarantees (a push() that returns has a stored job behind it; a value the backend
+    cannot hold is an error raised before any I/O, with nothing stored)."""
+    try:
+        job_id = connection.push(job, queue=queue_name, max_attempts=max_attempts)
+    except (InvalidQueueArgumentError, UnserializableJobError):
+        assert connection.size(queue_name) == 0
+        return
+
+    delivered = connection.pop(5, [queue_name])
+
+    assert delivered is not None
+    assert (delivered.id, delivered.max_attempts) == (job_id, max_attempts)
+    connection.ack(delivered)
+    assert connection.size(queue_name) == 0
