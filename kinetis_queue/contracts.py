@@ -79,13 +79,19 @@ class Queue(ABC):
         self, job: Job, delay: object = 0, queue: str = "default", max_attempts: int | None = None
     ) -> str:
         """Store ``job`` and return its id; everything is validated and serialized before any I/O."""
+        envelope, seconds = self.prepare(job, delay, queue, max_attempts)
+        self._push(envelope, seconds, queue)
+        return envelope.id
+
+    def prepare(
+        self, job: Job, delay: object = 0, queue: str = "default", max_attempts: int | None = None
+    ) -> tuple[Envelope, float]:
+        """push()'s checks and serialization, without I/O: the envelope to store and the delay in seconds."""
         seconds = validate_delay(delay)
         validate_queue_name(queue)
         cap = validate_max_attempts(max_attempts)
         job_class, args = serialize_job(job)
-        envelope = new_envelope(job_class, args, cap, self._metadata())
-        self._push(envelope, seconds, queue)
-        return envelope.id
+        return new_envelope(job_class, args, cap, self._metadata()), seconds
 
     def pop(self, timeout: float, queues: Sequence[str]) -> QueuedJob | None:
         """Reserve the next job from ``queues`` (priority = list order), waiting up to ``timeout``."""

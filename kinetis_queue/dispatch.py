@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 from django.db import transaction
 
 from kinetis_queue import connections
-from kinetis_queue.envelope import new_envelope
+from kinetis_queue.envelope import dumps
 from kinetis_queue.job import Job
-from kinetis_queue.serializer import serialize_job
-from kinetis_queue.validation import validate_delay, validate_max_attempts, validate_queue_name
 
 
 def push_on_commit(
@@ -27,11 +28,9 @@ def push_on_commit(
     the push happens at once. A push that fails inside the commit hook raises to the code that
     committed, after the commit: the job then was not stored.
     """
-    seconds = validate_delay(delay)
-    validate_queue_name(queue)
-    cap = validate_max_attempts(max_attempts)
     target = connections.queues.default() if connection is None else connections.queues[connection]
-    job_class, args = serialize_job(job)
-    envelope = new_envelope(job_class, args, cap, target._metadata())
+    envelope, seconds = target.prepare(job, delay, queue, max_attempts)
+    # A copy of the arguments, so changes to the job's lists or dicts before the commit are not pushed.
+    envelope = replace(envelope, args=json.loads(dumps(envelope.args)))
     transaction.on_commit(lambda: target._push(envelope, seconds, queue), using=using)
     return envelope.id

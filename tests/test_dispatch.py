@@ -80,3 +80,11 @@ def test_the_sync_queue_validates_exactly_like_the_others(kwargs: dict[str, obje
     with pytest.raises(InvalidQueueArgumentError):
         queues["sync"].push(jobs.Records("never"), **kwargs)  # type: ignore[arg-type]
     assert jobs.CALLS == []
+
+
+def test_push_on_commit_pushes_the_arguments_as_they_were_at_the_call() -> None:
+    items = [1, 2]
+    with transaction.atomic():
+        push_on_commit(jobs.Records("x", items), connection="sync")
+        items.append(3)
+    assert jobs.CALLS[0][2] == [1, 2]
