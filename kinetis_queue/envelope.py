@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from kinetis_queue.exceptions import MalformedJobSettledError, MalformedQueuedJobDataError
 from kinetis_queue.job import MAX_CLASS_PATH
-from kinetis_queue.validation import MAX_COUNTER, QUEUE_NAME
+from kinetis_queue.validation import MAX_COUNTER, QUEUE_NAME, is_utf8
 
 #: Deepest container nesting accepted inside args or metadata (the argument contract's bound).
 MAX_DEPTH = 32
@@ -115,11 +115,8 @@ def check_value_tree(value: Any, what: str) -> None:
         item, depth = stack.pop()
         kind = type(item)
         if kind is str:
-            if not item.isascii():
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError:
-                    _malformed(f"{what} holds a string that is not valid UTF-8")
+            if not is_utf8(item):
+                _malformed(f"{what} holds a string that is not valid UTF-8")
         elif kind is dict or kind is list:
             if depth > MAX_DEPTH:
                 _malformed(f"{what} is nested deeper than {MAX_DEPTH} levels")

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Final, Union
 
 from kinetis_queue.exceptions import JobReconstructionError, UnserializableJobError
 from kinetis_queue.job import MAX_CLASS_PATH, Job, Sensitive, job_class_path, resolve_job_class
+from kinetis_queue.validation import is_utf8
 
 __all__ = ["MAX_DEPTH", "REDACTED", "deserialize_job", "redacted_args", "serialize_job"]
 
@@ -249,11 +250,8 @@ def _serialize_arg(path: str, param: _Param, value: Any) -> Any:
                 return stored
             if type(stored) is not str:
                 raise _rejected(path, param, "an Enum member's value must be a str or an int")
-            if not stored.isascii():
-                try:
-                    stored.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise _rejected(path, param, "the Enum member's value is not valid UTF-8") from None
+            if not is_utf8(stored):
+                raise _rejected(path, param, "the Enum member's value is not valid UTF-8")
             return stored
         if param.restore is _Restore.DATETIME and kind is datetime:
             return _serialize_datetime(path, param, value)
@@ -268,11 +266,8 @@ def _serialize_arg(path: str, param: _Param, value: Any) -> Any:
     if value is None or kind is bool or kind is int:
         return value
     if kind is str:
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise _rejected(path, param, "string is not valid UTF-8") from None
+        if not is_utf8(value):
+            raise _rejected(path, param, "string is not valid UTF-8")
         return value
     if kind is float:
         if not math.isfinite(value):
@@ -337,11 +332,8 @@ def _check_container(value: list[Any] | dict[Any, Any], depth: int) -> None:
             for position, (key, item) in enumerate(value.items()):  # noqa: B007 - read in the handler
                 if type(key) is not str:
                     raise _Invalid("map key is not a string")
-                if not key.isascii():
-                    try:
-                        key.encode("utf-8")
-                    except UnicodeEncodeError:
-                        raise _Invalid("map key is not valid UTF-8") from None
+                if not is_utf8(key):
+                    raise _Invalid("map key is not valid UTF-8")
                 _check_item(item, depth)
         except _Invalid as invalid:
             invalid.segments.append(f".{{{position}}}")
@@ -352,11 +344,8 @@ def _check_item(item: Any, depth: int) -> None:
     """Check one element held by a container at level ``depth``."""
     kind = type(item)
     if kind is str:
-        if not item.isascii():
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                raise _Invalid("string is not valid UTF-8") from None
+        if not is_utf8(item):
+            raise _Invalid("string is not valid UTF-8")
     elif item is None or kind is int or kind is bool:
         pass
     elif kind is float:

@@ -98,6 +98,17 @@ def validate_connection_name(name: object, key: str = "connection") -> str:
     return name
 
 
+def is_utf8(text: str) -> bool:
+    """True when ``text`` encodes as UTF-8 (a lone surrogate does not); ASCII is checked cheaply first."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def is_int(value: Any) -> bool:
     """True for a real int (bool excluded)."""
     return type(value) is int
