@@ -71,3 +71,9 @@ class FailedJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_class} on {self.queue} ({self.job_id})"
+
+
+# The django.tasks result store lives in its own module (it must not import django.tasks itself).
+from kinetis_queue.task_results import TaskResultRecord  # noqa: E402
+
+__all__ = ["ExactCharField", "FailedJob", "QueuedJobRecord", "TaskResultRecord"]

@@ -66,6 +66,15 @@ KINETIS_QUEUE = {
     "POLL_TIMEOUT": 1,
 }
 
+# django.tasks (Django 6): @task functions in tests/task_defs.py run through the sqlite connection.
+TASKS = {
+    "default": {
+        "BACKEND": "kinetis_queue.tasks.KinetisTaskBackend",
+        "QUEUES": [],
+        "OPTIONS": {"CONNECTION": "sqlite"},
+    }
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -1,0 +1,43 @@
+"""The result store behind ``kinetis_queue.tasks``: one row per enqueued django.tasks task.
+
+Kept apart from ``tasks.py`` so the model never imports ``django.tasks`` (absent on Django 5.2).
+Every write made by a run is fenced by that run's delivery attempt: a run whose lease was reclaimed
+(a lower attempt than the row's) can neither overwrite nor append to the result of the run that
+replaced it (issue 8, "Writes are fenced by the delivery").
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class TaskResultRecord(models.Model):
+    """What ``get_result()`` reads: status, timestamps, worker ids, errors and the return value."""
+
+    id = models.CharField(primary_key=True, max_length=64)
+    task_path = models.CharField(max_length=255)
+    backend = models.CharField(max_length=64)
+    queue_name = models.CharField(max_length=80)
+    priority = models.IntegerField(default=0)
+    run_after = models.DateTimeField(null=True)
+    #: One of django.tasks' TaskResultStatus values: READY, RUNNING, FAILED, SUCCESSFUL.
+    status = models.CharField(max_length=10, db_index=True)
+    enqueued_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True, db_index=True)
+    last_attempted_at = models.DateTimeField(null=True)
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    #: One {"exception_class_path", "traceback"} per failed attempt, oldest first.
+    errors = models.JSONField(default=list)
+    worker_ids = models.JSONField(default=list)
+    return_value = models.JSONField(null=True)
+    #: The delivery attempt that last started a run: the fence for every later write.
+    attempt = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "kinetis_queue_task_results"
+        verbose_name = "task result"
+
+    def __str__(self) -> str:
+        return f"{self.task_path} {self.id} ({self.status})"

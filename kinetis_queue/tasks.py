@@ -1,0 +1,255 @@
+"""A django.tasks backend: Django's own ``@task`` API on any kinetis_queue connection.
+
+``enqueue()`` stores a READY result row and pushes a ``RunTask`` job through the configured
+connection; the ordinary ``queue_work`` worker runs it with the contract's guarantees (lease,
+renewal, fencing, retries, failed jobs). Results live in the database (``TaskResultRecord``), so
+``get_result()`` works whatever the store.
+
+    TASKS = {"default": {"BACKEND": "kinetis_queue.tasks.KinetisTaskBackend",
+                         "QUEUES": ["default"], "OPTIONS": {"CONNECTION": "default"}}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
+
+from django.core import checks
+from django.db import transaction
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.utils import timezone
+from django.utils.crypto import get_random_string
+from django.utils.json import normalize_json
+from django.utils.module_loading import import_string
+
+from kinetis_queue import conf, connections, signals
+from kinetis_queue.contracts import QueuedJob
+from kinetis_queue.exceptions import JobReconstructionError, KinetisQueueError
+from kinetis_queue.job import Job, JobContext, Sensitive, _inside_installed_app
+from kinetis_queue.task_results import TaskResultRecord
+from kinetis_queue.validation import QUEUE_NAME
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+if TYPE_CHECKING:  # the stubs make Task generic; the runtime classes are not subscriptable
+    AnyTask = Task[..., Any]
+    AnyTaskResult = TaskResult[..., Any]
+
+#: This process's worker id, recorded in worker_ids for every run it starts (at most 64 characters).
+WORKER_ID = f"{socket.gethostname()[:40]}:{os.getpid()}"
+
+
+class KinetisTaskBackend(BaseTaskBackend):
+    """Runs ``@task`` functions through a KINETIS_QUEUE connection (``OPTIONS["CONNECTION"]``).
+
+    Priority is not supported: no store orders jobs within a queue by a number (priority across
+    queues is the worker's ``--queue`` list). ``run_after`` becomes the push delay, so it is bounded
+    by the store's own delay ceiling (900 s on SQS). ``__init__`` does no I/O.
+    """
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = False
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.connection: str | None = self.options.get("CONNECTION")
+
+    def validate_task(self, task: AnyTask) -> None:
+        super().validate_task(task)
+        module = task.func.__module__
+        if not _inside_installed_app(module):
+            raise InvalidTask(f"Task module {module!r} is not inside an installed app, so a worker cannot import it.")
+        if QUEUE_NAME.fullmatch(task.queue_name) is None:
+            raise InvalidTask(f"Queue name {task.queue_name!r} is invalid: use 1 to 80 letters, digits, '-' or '_'.")
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        try:
+            conf.connection_settings(self.connection)
+        except KinetisQueueError as exc:
+            return [checks.Error(f"TASKS[{self.alias!r}]['OPTIONS']['CONNECTION']: {exc}", id="kinetis_queue.E101")]
+        return []
+
+    def enqueue(self, task: Task[_P, _R], args: Any, kwargs: Any) -> TaskResult[_P, _R]:
+        self.validate_task(task)
+        # What the worker receives is exactly what enqueue() returns: a strict JSON round trip.
+        try:
+            args, kwargs = json.loads(json.dumps([normalize_json(list(args)), normalize_json(dict(kwargs))],
+                                                  allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise InvalidTask(f"Task arguments must survive a JSON round trip ({exc})") from None
+        queue = connections.queues.default() if self.connection is None else connections.queues[self.connection]
+        now = timezone.now()
+        result_id = get_random_string(32)
+        delay = 0.0 if task.run_after is None else max(0.0, (task.run_after - now).total_seconds())
+        job = RunTask(task.module_path, args, kwargs, result_id, self.alias)
+        # Validate the push (queue name, delay ceiling, argument contract) before any write.
+        envelope, seconds = queue.prepare(job, delay, task.queue_name)
+        TaskResultRecord.objects.create(
+            id=result_id, task_path=task.module_path, backend=self.alias, queue_name=task.queue_name,
+            priority=task.priority, run_after=task.run_after, status=TaskResultStatus.READY, enqueued_at=now,
+            args=args, kwargs=kwargs,
+        )
+        try:
+            queue._push(envelope, seconds, task.queue_name)
+        except BaseException:
+            TaskResultRecord.objects.filter(pk=result_id).delete()
+            raise
+        result = _to_result(TaskResultRecord.objects.get(pk=result_id), task)
+        task_enqueued.send(type(self), task_result=result)
+        return result  # type: ignore[return-value]  # built from this very task: same _P and _R
+
+    def get_result(self, result_id: str) -> AnyTaskResult:
+        try:
+            record = TaskResultRecord.objects.get(pk=result_id)
+        except (TaskResultRecord.DoesNotExist, ValueError):
+            raise TaskResultDoesNotExist(result_id) from None
+        return _to_result(record, _load_task(record.task_path))
+
+
+def _load_task(path: str) -> AnyTask:
+    """The Task object stored as ``path``, importing only modules inside installed apps."""
+    module, _, _ = path.rpartition(".")
+    if not _inside_installed_app(module):
+        raise JobReconstructionError(f"task {path!r} is not inside an installed app")
+    try:
+        task = import_string(path)
+    except ImportError as exc:
+        raise JobReconstructionError(f"task {path!r} cannot be imported ({type(exc).__name__})") from exc
+    if not isinstance(task, Task):
+        raise JobReconstructionError(f"{path!r} is not a django.tasks Task")
+    return task
+
+
+def _to_result(record: TaskResultRecord, task: AnyTask) -> AnyTaskResult:
+    changes: dict[str, Any] = {"queue_name": record.queue_name, "backend": record.backend}
+    if record.run_after is not None:
+        changes["run_after"] = record.run_after
+    result: AnyTaskResult = TaskResult(
+        task=task.using(**changes),
+        id=record.id,
+        status=TaskResultStatus(record.status),
+        enqueued_at=record.enqueued_at,
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+        last_attempted_at=record.last_attempted_at,
+        args=record.args,
+        kwargs=record.kwargs,
+        backend=record.backend,
+        errors=[TaskError(**error) for error in record.errors],
+        worker_ids=list(record.worker_ids),
+    )
+    if record.status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", record.return_value)
+    return result
+
+
+def _fenced_update(result_id: str, attempt: int, change: Callable[[TaskResultRecord], None]) -> TaskResultRecord | None:
+    """Apply ``change`` to the row if this run (``attempt``) still owns it; None when it does not."""
+    with transaction.atomic():
+        record = TaskResultRecord.objects.select_for_update().filter(pk=result_id).first()
+        if record is None or record.attempt > attempt:
+            return None
+        change(record)
+        record.save()
+        return record
+
+
+class RunTask(Job):
+    """The job that runs one django.tasks task; pushed by KinetisTaskBackend.enqueue()."""
+
+    # The task's arguments are Sensitive: django.tasks has no way to mark them, so no log shows them.
+    def __init__(self, task_path: str, args: Annotated[list[Any], Sensitive],
+                 kwargs: Annotated[dict[str, Any], Sensitive], result_id: str, backend: str) -> None:
+        self.task_path = task_path
+        self.args = args
+        self.kwargs = kwargs
+        self.result_id = result_id
+        self.backend = backend
+
+    def handle(self, context: JobContext) -> None:
+        task = _load_task(self.task_path)
+        now = timezone.now()
+
+        def start(record: TaskResultRecord) -> None:
+            record.attempt = context.attempts
+            record.status = TaskResultStatus.RUNNING
+            record.started_at = record.started_at or now
+            record.last_attempted_at = now
+            record.worker_ids = [*record.worker_ids, WORKER_ID]  # before the run: context.attempt counts it
+
+        record = _fenced_update(self.result_id, context.attempts, start)
+        if record is None:
+            context.logger.warning("task result %s belongs to a later delivery; this one does not run", self.result_id)
+            return
+        backend_class = type(task.get_backend())
+        result = _to_result(record, task)
+        task_started.send(sender=backend_class, task_result=result)
+        try:
+            prefix: tuple[Any, ...] = (TaskContext(task_result=result),) if task.takes_context else ()
+            value = task.call(*prefix, *self.args, **self.kwargs)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            self._record_error(context.attempts, exc, status=TaskResultStatus.READY)
+            raise
+        try:
+            stored = json.loads(json.dumps(normalize_json(value), allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            # The task's effects already happened: a value we cannot store is a final failure, not a retry.
+            record = self._record_error(context.attempts, exc, status=TaskResultStatus.FAILED)
+            if record is not None:
+                task_finished.send(sender=backend_class, task_result=_to_result(record, task))
+            return
+
+        def succeed(record: TaskResultRecord) -> None:
+            record.status = TaskResultStatus.SUCCESSFUL
+            record.finished_at = timezone.now()
+            record.return_value = stored
+
+        record = _fenced_update(self.result_id, context.attempts, succeed)
+        if record is not None:
+            task_finished.send(sender=backend_class, task_result=_to_result(record, task))
+
+    def _record_error(self, attempt: int, exc: BaseException, *, status: str) -> TaskResultRecord | None:
+        error = {
+            "exception_class_path": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "traceback": "".join(traceback.format_exception(exc)),
+        }
+
+        def fail(record: TaskResultRecord) -> None:
+            record.errors = [*record.errors, error]
+            record.status = status
+            if status == TaskResultStatus.FAILED:
+                record.finished_at = timezone.now()
+
+        return _fenced_update(self.result_id, attempt, fail)
+
+
+_RUN_TASK = f"{RunTask.__module__}.{RunTask.__qualname__}"
+
+
+def _on_failed_permanently(sender: Any, job: QueuedJob, **kwargs: Any) -> None:
+    """The worker gave up on a RunTask delivery: its result becomes FAILED (and finished)."""
+    if job.job_class != _RUN_TASK or not isinstance(job.args.get("result_id"), str):
+        return
+
+    def finish(record: TaskResultRecord) -> None:
+        record.status = TaskResultStatus.FAILED
+        record.finished_at = record.finished_at or timezone.now()
+
+    record = _fenced_update(job.args["result_id"], job.attempts, finish)
+    if record is not None:
+        task = _load_task(record.task_path)
+        task_finished.send(sender=type(task.get_backend()), task_result=_to_result(record, task))
+
+
+signals.job_failed_permanently.connect(_on_failed_permanently, dispatch_uid="kinetis_queue.tasks.failed")
