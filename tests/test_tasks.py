@@ -15,17 +15,17 @@ import pytest
 
 pytest.importorskip("django.tasks", reason="django.tasks exists on Django 6 only")
 
-from django.tasks import TaskResultStatus, default_task_backend, task_backends  # noqa: E402
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist  # noqa: E402
-from django.tasks.signals import task_enqueued, task_finished, task_started  # noqa: E402
-from django.utils import timezone  # noqa: E402
+from django.tasks import TaskResultStatus, default_task_backend, task_backends
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.utils import timezone
 
-from kinetis_queue import queues  # noqa: E402
-from kinetis_queue.models import FailedJob, TaskResultRecord  # noqa: E402
-from kinetis_queue.tasks import WORKER_ID, KinetisTaskBackend, _fenced_update  # noqa: E402
-from kinetis_queue.worker import Worker  # noqa: E402
-from tests import task_defs  # noqa: E402
-from tests.conftest import wait_until  # noqa: E402
+from kinetis_queue import queues
+from kinetis_queue.models import FailedJob, TaskResultRecord
+from kinetis_queue.tasks import WORKER_ID, KinetisTaskBackend, _fenced_update
+from kinetis_queue.worker import Worker
+from tests import task_defs
+from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
