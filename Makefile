@@ -90,6 +90,7 @@ checks: venv
 
 test: venv venv52 services lint typecheck checks
 	"$(PY)" -m pytest $(PYTEST_ARGS)
+	PY="$(PY)" bash scripts/django-task-tests.sh
 	@echo "== core + SQL suite on Django $$("$(PY52)" -c 'import django; print(django.get_version())')"
 	"$(PY52)" -m pytest -m core $(PYTEST_ARGS)
 

@@ -99,7 +99,7 @@ def test_arguments_come_back_as_enqueue_returned_them(tq: str) -> None:
 @pytest.mark.parametrize("bad", [float("nan"), {1, 2}, object()], ids=["nan", "set", "object"])
 def test_arguments_without_a_json_round_trip_are_rejected_before_anything_is_stored(tq: str, bad: Any) -> None:
     before = TaskResultRecord.objects.count()
-    with pytest.raises((InvalidTask, TypeError)):
+    with pytest.raises((TypeError, ValueError)):
         task_defs.echo.using(queue_name=tq).enqueue(bad)
     assert TaskResultRecord.objects.count() == before
     assert queues["sqlite"].size(tq) == 0
