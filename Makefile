@@ -66,7 +66,8 @@ $(VENV52)/.installed: pyproject.toml scripts/system-deps.sh | $(VENV)/.installed
 	  "$$base" -m venv --clear "$(VENV52)"; \
 	fi
 	"$(PY52)" -m pip install --quiet --upgrade pip
-	"$(PY52)" -m pip install --progress-bar off -e '.[dev]' 'django>=5.2,<5.3' 'django-stubs>=5.2,<5.3'
+	"$(PY52)" -m pip install --progress-bar off -e '.[dev]' 'django>=5.2,<5.3' 'django-stubs>=5.2,<5.3' \
+	  'django-tasks>=0.12'
 	touch "$@"
 
 # ---- services ------------------------------------------------------------------------------------

@@ -41,3 +41,17 @@ class TaskResultRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_path} {self.id} ({self.status})"
+
+
+def prune(older_than_hours: float) -> int:
+    """Delete finished results (SUCCESSFUL or FAILED) that finished strictly before the cut-off; return how many.
+
+    READY and RUNNING results are never pruned: their task may still run.
+    """
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    cutoff = timezone.now() - timedelta(hours=older_than_hours)
+    deleted, _ = TaskResultRecord.objects.filter(finished_at__lt=cutoff).delete()
+    return deleted

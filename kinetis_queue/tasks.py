@@ -20,13 +20,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 from django.core import checks
 from django.db import transaction
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 from django.utils.crypto import get_random_string
-from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from kinetis_queue import conf, connections, signals
@@ -34,6 +29,20 @@ from kinetis_queue.contracts import QueuedJob
 from kinetis_queue.exceptions import JobReconstructionError, KinetisQueueError
 from kinetis_queue.job import Job, JobContext, Sensitive, _inside_installed_app
 from kinetis_queue.task_results import TaskResultRecord
+from kinetis_queue.tasks_compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    normalize_json,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
 from kinetis_queue.validation import QUEUE_NAME
 
 _P = ParamSpec("_P")

@@ -12,17 +12,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("django.tasks", reason="django.tasks exists on Django 6 only")
-
-from django.tasks import TaskResultStatus, default_task_backend, task_backends
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
 from kinetis_queue import queues
 from kinetis_queue.models import FailedJob, TaskResultRecord
 from kinetis_queue.tasks import WORKER_ID, KinetisTaskBackend, _fenced_update
+from kinetis_queue.tasks_compat import (
+    InvalidTask,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    default_task_backend,
+    task_backends,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
 from kinetis_queue.worker import Worker
 from tests import task_defs
 from tests.conftest import wait_until
@@ -201,3 +205,21 @@ def test_a_sigkilled_worker_leaves_no_task_in_limbo(tq: str, tmp_path: Path) -> 
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.return_value == 2
     assert len(result.worker_ids) == 2 and result.worker_ids[0] != result.worker_ids[1]
+
+
+def test_prune_deletes_only_finished_results_older_than_the_cut_off(tq: str) -> None:
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    done = task_defs.add.using(queue_name=tq).enqueue(1, 1)
+    work(tq)
+    waiting = task_defs.add.using(queue_name=tq).enqueue(2, 2)
+    TaskResultRecord.objects.filter(pk=done.id).update(finished_at=timezone.now() - timedelta(hours=50))
+    with pytest.raises(CommandError):
+        call_command("queue_prune_task_results", "--hours=-1")
+    out = io.StringIO()
+    call_command("queue_prune_task_results", "--hours=49", stdout=out)
+    assert "Deleted 1 finished" in out.getvalue()
+    assert not TaskResultRecord.objects.filter(pk=done.id).exists()
+    assert TaskResultRecord.objects.filter(pk=waiting.id).exists()
