@@ -4,6 +4,7 @@
 #                  install), then the core + SQL suite (pytest -m core) on Django 5.2 LTS
 #   make demo      the testproject demo on SQLite (no services needed)
 #   make bench     benchmarks (python -m bench); needs the services
+#   make soak      the long fault tier (tests/faults -m soak; KQ_SOAK_SECONDS per scenario and backend)
 #
 # Variables: VENV, VENV52, PYTHON (an interpreter >= 3.12 to build the venvs with),
 #            PYTEST_ARGS, BENCH_ARGS.
@@ -95,8 +96,14 @@ test: venv venv52 services lint typecheck checks
 	@echo "== core + SQL suite on Django $$("$(PY52)" -c 'import django; print(django.get_version())')"
 	"$(PY52)" -m pytest -m core $(PYTEST_ARGS)
 
-soak:
-	@echo "no soak tier yet"
+# The long fault tier (tests/faults, -m soak): KQ_SOAK_SECONDS per scenario and backend (default 1800).
+# One JSON report per scenario and backend in reports/reliability/soak/, then their table in SUMMARY.md.
+soak: venv services
+	@mkdir -p reports/reliability/soak
+	status=0; KQ_SOAK=1 KQ_REPORTS_DIR=reports/reliability/soak "$(PY)" -m pytest tests/faults -m soak \
+	  $(PYTEST_ARGS) || status=$$?; \
+	"$(PY)" -m tests.faults.checker reports/reliability/soak | tee reports/reliability/soak/SUMMARY.md; \
+	exit $$status
 
 # ---- demo and benchmarks -------------------------------------------------------------------------
 
@@ -105,6 +112,8 @@ demo: venv
 
 bench: venv services
 	"$(PY)" -m bench $(BENCH_ARGS)
+	"$(PY)" -m bench.redis $(BENCH_ARGS)
+	"$(PY)" -m bench.rabbitmq $(BENCH_ARGS)
 
 clean:
 	rm -rf "$(VENV)" "$(VENV52)" testproject/demo.sqlite3

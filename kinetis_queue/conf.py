@@ -7,6 +7,7 @@ This is the only module that reads ``settings.KINETIS_QUEUE``. It reads on each 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,20 +29,30 @@ BUILTIN_BACKENDS: dict[str, tuple[str, str | None, str | None]] = {
     "sql": ("kinetis_queue.backends.sql.SqlQueue", None, None),
     "redis": ("kinetis_queue.backends.redis.RedisQueue", "redis", "redis"),
     "sqs": ("kinetis_queue.backends.sqs.SqsQueue", "boto3", "sqs"),
-    "rabbitmq": ("kinetis_queue.backends.rabbitmq.RabbitMqQueue", "kombu", "rabbitmq"),
+    "rabbitmq": ("kinetis_queue.backends.rabbitmq.RabbitMqQueue", "amqp", "rabbitmq"),
 }
 
 #: Keys every connection may carry; they default to the top-level value of the same name.
-SHARED_KEYS = ("VISIBILITY_TIMEOUT", "MAX_ATTEMPTS", "RETRY_BASE_DELAY", "POLL_TIMEOUT")
-DEFAULTS: dict[str, Any] = {"VISIBILITY_TIMEOUT": 300, "MAX_ATTEMPTS": 0, "RETRY_BASE_DELAY": 5, "POLL_TIMEOUT": 5}
+SHARED_KEYS = ("VISIBILITY_TIMEOUT", "MAX_ATTEMPTS", "RETRY_BASE_DELAY", "POLL_TIMEOUT", "TIMEOUT")
+#: TIMEOUT: the worker's per-attempt limit in seconds (queue_work --timeout); None: no limit.
+DEFAULTS: dict[str, Any] = {
+    "VISIBILITY_TIMEOUT": 300, "MAX_ATTEMPTS": 0, "RETRY_BASE_DELAY": 5, "POLL_TIMEOUT": 5, "TIMEOUT": None,
+}
 #: Backend-specific keys each built-in backend accepts (a custom backend may carry any key).
 BACKEND_KEYS: dict[str, frozenset[str]] = {
     "sync": frozenset(),
     "sql": frozenset({"DATABASE", "PREPARED_STATEMENTS"}),
-    "redis": frozenset({"URL", "CACHE", "PREFIX", "SOCKET_TIMEOUT"}),
-    "sqs": frozenset({"REGION", "ENDPOINT_URL", "QUEUE_PREFIX", "ACCESS_KEY_ID", "SECRET_ACCESS_KEY"}),
-    "rabbitmq": frozenset({"URL"}),
+    "redis": frozenset({"URL", "CACHE", "PREFIX", "SOCKET_TIMEOUT", "CLUSTER"}),
+    # No credential keys: boto3's own chain supplies them, so secrets never sit in settings.
+    "sqs": frozenset({"REGION", "ENDPOINT_URL", "QUEUE_PREFIX"}),
+    "rabbitmq": frozenset({"URL", "HEARTBEAT"}),
 }
+#: Cache backends whose connection settings a redis connection's CACHE may reuse.
+REDIS_CACHE_BACKENDS = ("django.core.cache.backends.redis.RedisCache", "django_redis.cache.RedisCache")
+#: The one django-redis client class that talks to a single server (its default).
+DJANGO_REDIS_CLIENT = "django_redis.client.DefaultClient"
+#: URL schemes that name one standalone Redis server.
+REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
 #: The retry delay is worker policy capped at 900 s (contract: "One transition per delivery").
 MAX_RETRY_BASE_DELAY = 900
 
@@ -57,6 +68,7 @@ class ConnectionSettings:
     max_attempts: int
     retry_base_delay: float
     poll_timeout: float
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +104,9 @@ def _shared(value: Any, key: str, path: tuple[str, ...], backend: str | None) ->
         return _number(value, path, integer=True, low=0, high=None)
     if key == "RETRY_BASE_DELAY":
         return _number(value, path, integer=False, low=0, high=MAX_RETRY_BASE_DELAY)
-    return _number(value, path, integer=False, low=0, high=None, low_open=True)  # POLL_TIMEOUT
+    if key == "TIMEOUT" and value is None:
+        return None
+    return _number(value, path, integer=False, low=0, high=None, low_open=True)  # POLL_TIMEOUT, TIMEOUT
 
 
 def load() -> QueueSettings:
@@ -146,12 +160,29 @@ def _connection(name: Any, entry: Any, defaults: dict[str, Any]) -> ConnectionSe
             raise _fail((*path, str(key)), f"is not a setting of the {backend} backend (known: {', '.join(known)})")
     if backend == "sqs" and values["VISIBILITY_TIMEOUT"] > 43200:
         raise _fail((*path, "VISIBILITY_TIMEOUT"), "must be at most 43200 for the sqs backend")
+    if backend == "sqs":
+        for key in ("REGION", "ENDPOINT_URL"):
+            if entry.get(key) is not None and (type(entry[key]) is not str or not entry[key]):
+                raise _fail((*path, key), "must be a non-empty string, or None for boto3's own default")
+        prefix = entry.get("QUEUE_PREFIX", "")
+        if type(prefix) is not str or not all(c.isascii() and (c.isalnum() or c in "-_") for c in prefix) \
+                or len(prefix) > 79:
+            raise _fail((*path, "QUEUE_PREFIX"), "must be at most 79 letters, digits, '-' or '_'")
     if backend == "sql":
         database = entry.get("DATABASE", "default")
         if type(database) is not str or database not in settings.DATABASES:
             raise _fail((*path, "DATABASE"), "must name an alias in DATABASES")
         if type(entry.get("PREPARED_STATEMENTS", True)) is not bool:
             raise _fail((*path, "PREPARED_STATEMENTS"), "must be True or False")
+    if backend == "redis":
+        _check_redis(entry, path)
+    if backend == "rabbitmq":
+        # The URL's full parse (host, port, vhost) happens when the queue is built, naming this key too.
+        amqp_url = entry.get("URL", "amqp://")
+        if type(amqp_url) is not str or not amqp_url.startswith(("amqp://", "amqps://")):
+            raise _fail((*path, "URL"), "must be an amqp:// or amqps:// URL")
+        if "HEARTBEAT" in entry:
+            _number(entry["HEARTBEAT"], (*path, "HEARTBEAT"), integer=True, low=0, high=65535)
     return ConnectionSettings(
         name=name,
         backend=backend,
@@ -160,7 +191,35 @@ def _connection(name: Any, entry: Any, defaults: dict[str, Any]) -> ConnectionSe
         max_attempts=values["MAX_ATTEMPTS"],
         retry_base_delay=values["RETRY_BASE_DELAY"],
         poll_timeout=values["POLL_TIMEOUT"],
+        timeout=values["TIMEOUT"],
     )
+
+
+def _check_redis(entry: Mapping[str, Any], path: tuple[str, ...]) -> None:
+    """One standalone Redis server, named by URL or by a Redis cache alias (CACHE); never a cluster."""
+    if entry.get("CLUSTER", False) is not False:
+        raise _fail((*path, "CLUSTER"), "is not supported: the redis backend needs one standalone server "
+                    "(its Lua scripts span three keys per queue, and no cluster redirect is followed)")
+    if ("URL" in entry) == ("CACHE" in entry):
+        raise _fail((*path, "URL"), "or ['CACHE'] must be set (one of the two)")
+    url, where = entry.get("URL"), _key(*path, "URL")
+    if "CACHE" in entry:
+        alias = entry["CACHE"]
+        cache = settings.CACHES.get(alias) if type(alias) is str else None
+        if not isinstance(cache, Mapping) or cache.get("BACKEND") not in REDIS_CACHE_BACKENDS:
+            raise _fail((*path, "CACHE"), f"must name a CACHES alias with BACKEND {' or '.join(REDIS_CACHE_BACKENDS)}")
+        if (cache.get("OPTIONS") or {}).get("CLIENT_CLASS", DJANGO_REDIS_CLIENT) != DJANGO_REDIS_CLIENT:
+            raise QueueConfigurationError(f"CACHES[{alias!r}]['OPTIONS']['CLIENT_CLASS'] is not supported by the "
+                                          f"redis queue backend: only {DJANGO_REDIS_CLIENT} (one server)")
+        location = cache.get("LOCATION")
+        servers = re.split("[;,]", location) if isinstance(location, str) else list(location or [None])
+        url, where = servers[0].strip() if isinstance(servers[0], str) else servers[0], f"CACHES[{alias!r}]['LOCATION']"
+    if type(url) is not str or not url.startswith(REDIS_URL_SCHEMES):
+        raise QueueConfigurationError(f"{where} must be a {', '.join(REDIS_URL_SCHEMES)} URL")
+    if type(entry.get("PREFIX", "")) is not str:
+        raise _fail((*path, "PREFIX"), "must be a string (prepended to every key)")
+    if "SOCKET_TIMEOUT" in entry:
+        _number(entry["SOCKET_TIMEOUT"], (*path, "SOCKET_TIMEOUT"), integer=False, low=0, high=None, low_open=True)
 
 
 def connection_settings(name: str | None = None) -> ConnectionSettings:

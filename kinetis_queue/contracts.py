@@ -59,6 +59,23 @@ class QueuedJob:
         validate_queue_name(self.queue)
 
 
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Point-in-time figures for one queue (``queue_status``); None where the backend cannot tell.
+
+    ``waiting`` is ``size()``. ``ready``: poppable now (an expired reservation counts, since the
+    next pop() reclaims it); ``delayed``: inside a push or release delay; ``reserved``: live
+    reservations. ``approximate`` is True where the backend reports estimates (SQS) or reads the
+    parts separately rather than at one instant (RabbitMQ).
+    """
+
+    waiting: int
+    ready: int | None = None
+    delayed: int | None = None
+    reserved: int | None = None
+    approximate: bool = False
+
+
 class Queue(ABC):
     """A queue connection. Subclasses implement the primitives; the contract's rules are applied here."""
 
@@ -128,6 +145,14 @@ class Queue(ABC):
         """Waiting work on ``queue``: a monitoring signal, not a value to branch on."""
         return self._size(validate_queue_name(queue))
 
+    def stats(self, queue: str) -> QueueStats:
+        """Figures for ``queue_status``: a monitoring snapshot that never decodes a payload."""
+        return self._stats(validate_queue_name(queue))
+
+    def queue_names(self) -> list[str] | None:
+        """Queues that hold jobs now, for ``queue_status`` without ``--queue``; None: cannot list."""
+        return None
+
     # -- what each backend provides --------------------------------------------------------------
 
     def _metadata(self) -> dict[str, Any]:
@@ -153,6 +178,10 @@ class Queue(ABC):
     @abstractmethod
     def _size(self, queue: str) -> int:
         """Count waiting work on a validated queue name."""
+
+    def _stats(self, queue: str) -> QueueStats:
+        """Figures for a validated queue name; a backend that can split size() overrides this."""
+        return QueueStats(waiting=self._size(queue))
 
 
 class ClearableQueue(Queue):

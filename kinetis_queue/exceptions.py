@@ -72,3 +72,20 @@ class ConnectionFailedError(KinetisQueueError):
 
 class OutcomeUnknownError(KinetisQueueError):
     """A command was written and no reply arrived; the backend may or may not have applied it."""
+
+
+class JobTimeoutError(KinetisQueueError):
+    """The attempt ran past the worker's ``--timeout``; handled as the job's own failure (retry rules apply)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        super().__init__(f"the attempt ran past the worker's --timeout of {seconds:g}s")
+
+
+class JobTimeoutInterrupt(BaseException):
+    """Raised inside ``handle()`` when the attempt's ``--timeout`` passes.
+
+    It derives from BaseException so that a handler's ``except Exception`` does not swallow it;
+    ``finally`` blocks and context managers still run. The worker records the attempt as failed
+    with JobTimeoutError.
+    """

@@ -1,11 +1,42 @@
-"""Failed jobs: the record the worker writes before fail(), and the operations on those records."""
+"""Failed jobs: the record the worker writes before fail(), and the operator's operations on those records.
+
+The commands (``queue_failed``, ``queue_retry``, ``queue_forget``, ``queue_prune``) and the admin
+actions are thin wrappers around the functions here, so both behave the same way.
+
+What a record may show: its class, connection, queue, counters, exception class and time are safe
+metadata. The arguments are kept raw (a retry needs them) and are only ever displayed redacted per
+``Sensitive``. The exception message and traceback say only what the exception itself says (no
+local variables), and any Sensitive argument's value found in them is replaced by ``[redacted]``
+before they are stored.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+import traceback as traceback_module
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from django.db import router, transaction
+from django.utils import timezone
 
 from kinetis_queue.contracts import QueuedJob
-from kinetis_queue.envelope import dumps
+from kinetis_queue.envelope import decode_args, dumps, loads
+from kinetis_queue.exceptions import InvalidQueueArgumentError
+from kinetis_queue.serializer import REDACTED, deserialize_job, redacted_args
+from kinetis_queue.validation import validate_max_attempts, validate_queue_name
+
+if TYPE_CHECKING:
+    from kinetis_queue.models import FailedJob
+
+#: ``queue_failed`` lists at most this many records (SqueHub: "at most 100 rows of safe metadata").
+MAX_LISTED: Final = 100
+#: ``queue_prune`` removes records strictly older than this many hours by default (seven days).
+DEFAULT_PRUNE_HOURS: Final = 168
+#: A Sensitive value shorter than this is not searched for in exception text: replacing every
+#: "1" or "ab" would mangle the traceback without protecting anything worth the name.
+MIN_SCRUBBED_LENGTH: Final = 4
 
 
 class FailedJobRecorder(Protocol):
@@ -20,6 +51,7 @@ class ModelRecorder:
     def record(self, job: QueuedJob, exception: BaseException, connection: str | None) -> int:
         from kinetis_queue.models import FailedJob
 
+        secrets = sensitive_values(job.job_class, job.args)
         record = FailedJob.objects.create(
             connection=connection,
             queue=job.queue,
@@ -30,6 +62,197 @@ class ModelRecorder:
             max_attempts=job.max_attempts,
             attempts=job.attempts,
             exception_class=f"{type(exception).__module__}.{type(exception).__qualname__}",
-            exception_message=str(exception),
+            exception_message=scrub(str(exception), secrets),
+            traceback=scrub(format_traceback(exception), secrets),
         )
         return record.pk
+
+
+def format_traceback(exception: BaseException) -> str:
+    """The exception's traceback as Python prints it: frames, source lines and messages, no locals."""
+    try:
+        return "".join(traceback_module.format_exception(exception))
+    except Exception:  # a broken __str__ in the chain must not stop the record
+        return f"{type(exception).__module__}.{type(exception).__qualname__} (traceback unavailable)"
+
+
+# -- redaction ----------------------------------------------------------------------------------------
+
+
+def _job_class(path: str) -> type[Any] | None:
+    from kinetis_queue.job import resolve_job_class
+
+    try:
+        return resolve_job_class(path)
+    except Exception:
+        return None
+
+
+def display_args(job_class: str, args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` as they may be shown: each Sensitive one (or all, if the class is unknown) redacted."""
+    return redacted_args(_job_class(job_class), args)
+
+
+def sensitive_values(job_class: str, args: dict[str, Any]) -> list[str]:
+    """The text forms of every value the redaction hides, longest first (for ``scrub``)."""
+    shown = display_args(job_class, args)
+    found: set[str] = set()
+    for key, value in args.items():
+        if shown.get(key) == REDACTED and value != REDACTED:
+            _collect(value, found)
+    return sorted((s for s in found if len(s) >= MIN_SCRUBBED_LENGTH), key=len, reverse=True)
+
+
+def _collect(value: Any, found: set[str]) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            found.add(item)
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            found.add(str(item))
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every occurrence of each secret replaced by ``[redacted]``."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def record_args(record: FailedJob) -> dict[str, Any]:
+    """The record's stored arguments, decoded strictly (MalformedQueuedJobDataError when tampered)."""
+    return decode_args(loads(record.args))
+
+
+def shown_args(record: FailedJob) -> str:
+    """The record's arguments as JSON with Sensitive values redacted; a record that does not decode
+    shows nothing of its arguments."""
+    try:
+        args = record_args(record)
+    except Exception:
+        return "(the stored arguments do not decode)"
+    return dumps(display_args(record.job_class, args))
+
+
+def shown_exception(record: FailedJob) -> tuple[str, str]:
+    """The record's exception message and traceback, scrubbed again (records written before scrubbing)."""
+    try:
+        secrets = sensitive_values(record.job_class, record_args(record))
+    except Exception:
+        secrets = []
+    return scrub(record.exception_message, secrets), scrub(record.traceback, secrets)
+
+
+# -- the operator's operations ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FailedJobRow:
+    """Safe metadata of one record: never the arguments, the exception message or the traceback."""
+
+    id: int
+    failed_at: datetime
+    connection: str | None
+    queue: str
+    job_class: str
+    exception_class: str
+    attempts: int
+    max_attempts: int | None
+
+
+def list_failed(*, connection: str | None = None, queue: str | None = None, limit: int = MAX_LISTED) -> list[
+    FailedJobRow
+]:
+    """The newest records (at most ``limit``, never more than MAX_LISTED), as safe metadata only."""
+    from kinetis_queue.models import FailedJob
+
+    records = FailedJob.objects.all()
+    if connection is not None:
+        records = records.filter(connection=connection)
+    if queue is not None:
+        records = records.filter(queue=queue)
+    fields = ("id", "failed_at", "connection", "queue", "job_class", "exception_class", "attempts", "max_attempts")
+    rows = records.order_by("-failed_at", "-id").values_list(*fields)[: min(limit, MAX_LISTED)]
+    return [FailedJobRow(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class RetryOutcome:
+    """What ``retry()`` did with one record: the new job's id, or why nothing was pushed."""
+
+    failed_job_id: int
+    job_id: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.job_id is not None
+
+
+def retry(failed_job_id: int) -> RetryOutcome:
+    """Push the record's job again to its connection and queue, attempts reset; then remove the record.
+
+    The stored class and arguments are first rebuilt and re-serialized under the argument contract,
+    so a tampered record pushes nothing. The record is removed only after the push returned; a push
+    that raises leaves it intact. The record's row is locked for the whole operation, so two
+    concurrent retries of one record push once. When the connection is the SQL backend on the
+    record's own database, the push and the removal commit together; on any other store a crash
+    between them leaves the job pushed and the record in place (retrying it again pushes a copy).
+    """
+    from kinetis_queue import connections
+    from kinetis_queue.models import FailedJob
+
+    alias = router.db_for_write(FailedJob)
+    try:
+        with transaction.atomic(using=alias):
+            record = FailedJob.objects.using(alias).select_for_update().filter(pk=failed_job_id).first()
+            if record is None:
+                return RetryOutcome(failed_job_id, error=f"there is no failed job with id {failed_job_id}")
+            queue_name = validate_queue_name(record.queue)
+            max_attempts = validate_max_attempts(record.max_attempts)
+            job = deserialize_job(record.job_class, record_args(record))
+            queues = connections.queues
+            target = queues.default() if record.connection is None else queues[record.connection]
+            job_id = target.push(job, queue=queue_name, max_attempts=max_attempts)
+            record.delete()
+    except Exception as exc:
+        return RetryOutcome(failed_job_id, error=f"{type(exc).__name__}: {exc}")
+    return RetryOutcome(failed_job_id, job_id=job_id)
+
+
+def forget(failed_job_id: int) -> bool:
+    """Remove one record; False when there was none with that id."""
+    from kinetis_queue.models import FailedJob
+
+    deleted, _ = FailedJob.objects.filter(pk=failed_job_id).delete()
+    return deleted > 0
+
+
+def prune(hours: float = DEFAULT_PRUNE_HOURS, *, now: datetime | None = None) -> int:
+    """Remove records strictly older than ``hours``; return how many."""
+    from kinetis_queue.models import FailedJob
+
+    if type(hours) not in (int, float) or not hours > 0:
+        raise InvalidQueueArgumentError("hours must be a positive number")
+    cutoff = (now or timezone.now()) - timedelta(hours=hours)
+    deleted, _ = FailedJob.objects.filter(failed_at__lt=cutoff).delete()
+    return deleted
+
+
+def failed_counts(default_connection: str) -> dict[tuple[str, str], int]:
+    """Records per (connection, queue); a record of the unnamed default connection counts under its name."""
+    from django.db.models import Count
+
+    from kinetis_queue.models import FailedJob
+
+    counts: dict[tuple[str, str], int] = {}
+    for row in FailedJob.objects.values("connection", "queue").annotate(n=Count("id")).order_by():
+        key = (row["connection"] or default_connection, row["queue"])
+        counts[key] = counts.get(key, 0) + row["n"]
+    return counts

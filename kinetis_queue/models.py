@@ -62,6 +62,8 @@ class FailedJob(models.Model):
     attempts = models.IntegerField()
     exception_class = models.CharField(max_length=255)
     exception_message = models.TextField(blank=True)
+    #: The formatted traceback: frames and the exception's own messages, never local variables.
+    traceback = models.TextField(blank=True, default="")
     failed_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
@@ -73,7 +75,26 @@ class FailedJob(models.Model):
         return f"{self.job_class} on {self.queue} ({self.job_id})"
 
 
+
+class RestartMarker(models.Model):
+    """A connection's restart generation: ``queue_restart`` moves it, and every worker of that
+    connection that sees it move exits after its current job (SqueHub's restart marker).
+
+    It lives in the database so that workers on every host read the same row.
+    """
+
+    connection = models.CharField(max_length=64, unique=True)
+    generation = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "kinetis_queue_restart_markers"
+        verbose_name = "restart marker"
+
+    def __str__(self) -> str:
+        return f"restart generation {self.generation} of {self.connection}"
+
 # The django.tasks result store lives in its own module (it must not import django.tasks itself).
 from kinetis_queue.task_results import TaskResultRecord  # noqa: E402
 
-__all__ = ["ExactCharField", "FailedJob", "QueuedJobRecord", "TaskResultRecord"]
+__all__ = ["ExactCharField", "FailedJob", "QueuedJobRecord", "RestartMarker", "TaskResultRecord"]

@@ -82,9 +82,15 @@ class KinetisTaskBackend(BaseTaskBackend):
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         try:
-            conf.connection_settings(self.connection)
-        except KinetisQueueError as exc:
-            return [checks.Error(f"TASKS[{self.alias!r}]['OPTIONS']['CONNECTION']: {exc}", id="kinetis_queue.E101")]
+            loaded = conf.load()
+        except KinetisQueueError:
+            return []  # an invalid KINETIS_QUEUE is reported once, as kinetis_queue.E001
+        name = loaded.default_connection if self.connection is None else self.connection
+        if name not in loaded.connections:
+            return [checks.Error(
+                f"TASKS[{self.alias!r}]['OPTIONS']['CONNECTION'] names {name!r}, which is not in "
+                "KINETIS_QUEUE['CONNECTIONS']", id="kinetis_queue.E101",
+            )]
         return []
 
     def enqueue(self, task: Task[_P, _R], args: Any, kwargs: Any) -> TaskResult[_P, _R]:

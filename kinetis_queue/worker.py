@@ -4,6 +4,9 @@ It follows the contract's "Worker lifecycle" step by step: pop; start the heartb
 RenewableQueue; rebuild the job and run handle() (any exception there is the job's own failure);
 stop the heartbeat; settle (recording a final failure first); then report the outcome through
 logs and signals, which are observers and can never change it.
+
+For production, ``run()`` also stops on limits (``max_jobs``, ``max_time``, ``memory``), on a
+restart marker, and ``job_timeout`` bounds each attempt; ``run()`` returns why it stopped.
 """
 
 from __future__ import annotations
@@ -11,23 +14,36 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
 from types import FrameType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from django.db import connections
 from django.utils import timezone, translation
 
-from kinetis_queue import signals
+from kinetis_queue import crashpoints, signals
 from kinetis_queue.contracts import JobSettlement, Queue, QueuedJob, RenewableQueue
 from kinetis_queue.envelope import dumps
-from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedJobSettledError, StaleJobHandleError
-from kinetis_queue.failed import FailedJobRecorder, ModelRecorder
+from kinetis_queue.exceptions import (
+    InvalidQueueArgumentError,
+    JobTimeoutError,
+    JobTimeoutInterrupt,
+    MalformedJobSettledError,
+    StaleJobHandleError,
+)
+from kinetis_queue.failed import FailedJobRecorder, ModelRecorder, scrub, sensitive_values
 from kinetis_queue.heartbeat import Heartbeat, RenewalReport
 from kinetis_queue.job import JobContext, call_handle
 from kinetis_queue.serializer import deserialize_job, redacted_args
 from kinetis_queue.validation import validate_timeout
+
+if TYPE_CHECKING:
+    from kinetis_queue.restart import RestartMarker
 
 logger = logging.getLogger("kinetis_queue.worker")
 
@@ -36,7 +52,75 @@ MAX_RETRY_DELAY: Final = 900
 #: The doubling stops here so a high attempt count cannot overflow.
 MAX_RETRY_EXPONENT: Final = 10
 
+#: While busy, the restart marker is read at most this often (seconds); an idle worker reads it
+#: after every empty poll. (The memory limit is read after every delivery: a /proc read, no I/O.)
+CONTROL_CHECK_INTERVAL: Final = 1.0
+#: SIGALRM interrupts a running handle() for job_timeout (POSIX, main thread only).
+_CAN_INTERRUPT: Final = hasattr(signal, "setitimer") and hasattr(signal, "SIGALRM")
+
 _DEFAULT_RECORDER: Final = ModelRecorder()
+
+
+class ExitReason(StrEnum):
+    """Why run() returned (SqueHub's worker exit reasons). Every one but ERROR is a controlled exit."""
+
+    #: ``once``: one delivery was processed.
+    COMPLETED = "completed"
+    #: ``once`` or ``stop_when_empty``: a pop found nothing.
+    EMPTY = "empty"
+    MAX_JOBS = "max_jobs"
+    MAX_TIME = "max_time"
+    MEMORY = "memory"
+    #: The connection's restart marker moved (``queue_restart``).
+    RESTART = "restart"
+    #: stop(), SIGTERM or SIGINT.
+    SHUTDOWN = "shutdown"
+    #: An exception escaped (a settlement, record() or the backend failed): not a controlled exit.
+    ERROR = "error"
+
+
+class JobOutcome(StrEnum):
+    """The transition one delivery ended with, as the per-job report names it."""
+
+    SUCCEEDED = "succeeded"
+    RELEASED = "released"
+    FAILED = "failed"
+    LOST = "lost"
+
+
+@dataclass(frozen=True, slots=True)
+class JobReport:
+    """One processed delivery, for a per-job output line: never the job's arguments."""
+
+    job_class: str
+    queue: str
+    job_id: str
+    attempt: int
+    outcome: JobOutcome
+    #: Seconds from taking the delivery to its settlement.
+    duration: float
+    #: The job's exception class name, on a failure.
+    error: str | None = None
+    #: The retry delay, when released.
+    delay: float | None = None
+
+
+def resident_memory_mb() -> float:
+    """This process's resident memory in MB (Linux: current; elsewhere: the peak, all it can tell)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            pages = int(statm.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 1_048_576
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 1_048_576 if sys.platform == "darwin" else peak / 1024
+
+
+def _positive_limit(value: object, what: str) -> None:
+    if value is not None and (type(value) not in (int, float) or not 0 < value < float("inf")):  # type: ignore[operator]
+        raise InvalidQueueArgumentError(f"{what} must be None or a positive number")
 
 
 def retry_delay(attempt: int, base: float) -> float:
@@ -45,6 +129,7 @@ def retry_delay(attempt: int, base: float) -> float:
 
 
 def _describe(job: QueuedJob) -> dict[str, Any]:
+    """The job's log context: what every log record about it carries (never its arguments)."""
     return {"job_class": job.job_class, "queue": job.queue, "job_id": job.id, "attempt": job.attempts}
 
 
@@ -59,20 +144,31 @@ class Worker:
         default_max_attempts: int = 0,
         retry_base_delay: float = 5,
         recorder: FailedJobRecorder | None = _DEFAULT_RECORDER,
+        job_timeout: float | None = None,
+        reporter: Callable[[JobReport], None] | None = None,
     ) -> None:
         if type(default_max_attempts) is not int or default_max_attempts < 0:
             raise InvalidQueueArgumentError("default_max_attempts must be an int of 0 or more")
         if type(retry_base_delay) not in (int, float) or not 0 <= retry_base_delay <= MAX_RETRY_DELAY:
             raise InvalidQueueArgumentError("retry_base_delay must be a number of seconds from 0 to 900")
+        _positive_limit(job_timeout, "job_timeout")
         self.queue = queue
         self.connection = connection
         self.default_max_attempts = default_max_attempts
         self.retry_base_delay = retry_base_delay
         self.recorder = recorder
+        #: Hard limit in seconds on one attempt's handle() (``--timeout``); None: no limit.
+        self.job_timeout = job_timeout
+        #: Called with a JobReport after each settled delivery (the command's per-job line).
+        self.reporter = reporter
+        #: Why the last run() returned; None before it does.
+        self.exit_reason: ExitReason | None = None
         # Contract: the capability is resolved once, in the constructor.
         self._heartbeat = Heartbeat(queue) if isinstance(queue, RenewableQueue) else None
         self._stopping = threading.Event()
         self._in_job = False
+        self._alarm_armed = False
+        self._deadline_passed = False
         self._language = translation.get_language()
         self.processed = 0
 
@@ -86,19 +182,90 @@ class Worker:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
-    def run(self, timeout: float, queues: Sequence[str], *, stop_when_empty: bool = False) -> None:
-        """Process jobs until stop() (or SIGTERM/SIGINT); with ``stop_when_empty``, until a pop finds nothing."""
+    def run(
+        self,
+        timeout: float,
+        queues: Sequence[str],
+        *,
+        stop_when_empty: bool = False,
+        once: bool = False,
+        max_jobs: int | None = None,
+        max_time: float | None = None,
+        memory: float | None = None,
+        restart: RestartMarker | None = None,
+    ) -> ExitReason:
+        """Process jobs until stopped; return why (also kept in ``exit_reason``).
+
+        Stops on stop() or SIGTERM/SIGINT (between jobs), with ``once`` after one pop, with
+        ``stop_when_empty`` at the first empty pop, after ``max_jobs`` deliveries (retries, failures
+        and malformed messages count), after ``max_time`` seconds, once resident memory reaches
+        ``memory`` MB, or when the ``restart`` marker moved. Limits are read between jobs and never
+        interrupt one. An exception escaping the loop sets ``exit_reason`` to ERROR and propagates.
+        """
         if validate_timeout(timeout) == 0:
             raise InvalidQueueArgumentError(
                 "the poll timeout must be positive in run(): 0 would wait forever and never see a stop"
             )
+        if max_jobs is not None and (type(max_jobs) is not int or max_jobs < 1):
+            raise InvalidQueueArgumentError("max_jobs must be None or a positive int")
+        _positive_limit(max_time, "max_time")
+        _positive_limit(memory, "memory")
+        self.exit_reason = None
         previous = self._install_signal_handlers()
         try:
-            while not self.stopping:
-                if not self.process_next(timeout, queues) and stop_when_empty:
-                    break
+            reason = self._loop(timeout, queues, stop_when_empty, once, max_jobs, max_time, memory, restart)
+        except BaseException:
+            self.exit_reason = ExitReason.ERROR
+            raise
         finally:
             self._restore_signal_handlers(previous)
+        self.exit_reason = reason
+        return reason
+
+    def _loop(
+        self,
+        timeout: float,
+        queues: Sequence[str],
+        stop_when_empty: bool,
+        once: bool,
+        max_jobs: int | None,
+        max_time: float | None,
+        memory: float | None,
+        restart: RestartMarker | None,
+    ) -> ExitReason:
+        generation = restart.read() if restart is not None else None
+        started = time.monotonic()
+        deadline = None if max_time is None else started + max_time
+        next_check = started + CONTROL_CHECK_INTERVAL
+        first = self.processed
+        while True:
+            if self.stopping:
+                return ExitReason.SHUTDOWN
+            wait = timeout
+            if deadline is not None:
+                # An idle worker does not outstay max_time by a whole poll.
+                wait = min(wait, max(deadline - time.monotonic(), 0.001))
+            found = self.process_next(wait, queues)
+            if once:
+                return ExitReason.COMPLETED if found else ExitReason.EMPTY
+            if max_jobs is not None and self.processed - first >= max_jobs:
+                return ExitReason.MAX_JOBS
+            if not found and stop_when_empty:
+                return ExitReason.EMPTY
+            if self.stopping:
+                return ExitReason.SHUTDOWN
+            if deadline is not None and time.monotonic() >= deadline:
+                return ExitReason.MAX_TIME
+            if memory is not None and resident_memory_mb() >= memory:
+                return ExitReason.MEMORY
+            if restart is None:
+                continue
+            now = time.monotonic()
+            if found and now < next_check:
+                continue  # a busy worker reads the marker at most once per CONTROL_CHECK_INTERVAL
+            next_check = now + CONTROL_CHECK_INTERVAL
+            if restart.read() != generation:
+                return ExitReason.RESTART
 
     def close(self) -> None:
         """End the heartbeat thread; call when the worker is done."""
@@ -136,6 +303,7 @@ class Worker:
             return True
         if job is None:
             return False
+        crashpoints.reach("after_pop")  # test-only; off unless KQ_CRASHPOINT names it
         self._in_job = True
         try:
             self._process(job)
@@ -145,6 +313,7 @@ class Worker:
         return True
 
     def _process(self, job: QueuedJob) -> None:
+        started = time.perf_counter()
         _reset_connections()
         job_log = logging.LoggerAdapter(logger, _describe(job))
         if self._heartbeat is not None:
@@ -153,38 +322,101 @@ class Worker:
         try:
             instance = deserialize_job(job.job_class, job.args)
             context = JobContext(job.id, job.queue, job.attempts, job.max_attempts, self.connection, job_log)
-            call_handle(instance, context)
+            if self.job_timeout is None:
+                call_handle(instance, context)
+            else:
+                self._call_with_timeout(instance, context, self.job_timeout)
         except Exception as exc:
             error = exc
         finally:
             report = self._heartbeat.stop() if self._heartbeat is not None else None
             self._restore_process_state()
+        crashpoints.reach("after_handle")
         try:
             if error is None:
-                self._settle(job, JobSettlement.ACK, None, report)
+                outcome = self._settle(job, JobSettlement.ACK, None, report)
+                delay = None
             else:
-                self._settle_failure(job, error, report)
+                outcome, delay = self._settle_failure(job, error, report)
         finally:
             _reset_connections()
+        if self.reporter is not None:
+            self._report(job, outcome, time.perf_counter() - started, error, delay)
 
-    def _settle_failure(self, job: QueuedJob, error: Exception, report: RenewalReport | None) -> None:
+    def _call_with_timeout(self, instance: Any, context: JobContext, seconds: float) -> None:
+        """call_handle() under a hard limit: SIGALRM raises JobTimeoutInterrupt inside handle().
+
+        The interrupt lands between two Python bytecodes, so it stops Python code in a loop and
+        any blocking call that returns to Python on a signal (sleeps, socket and database waits);
+        a long C call that does not (a huge regex, some extension code) is interrupted only when it
+        returns. Outside the main thread, or without SIGALRM, the limit is checked after handle()
+        returns instead. Either way the attempt fails with JobTimeoutError.
+        """
+        if not _CAN_INTERRUPT or threading.current_thread() is not threading.main_thread():
+            began = time.monotonic()
+            call_handle(instance, context)
+            if time.monotonic() - began > seconds:
+                raise JobTimeoutError(seconds)
+            return
+        previous = signal.signal(signal.SIGALRM, self._on_alarm)
+        self._deadline_passed = False
+        try:
+            self._alarm_armed = True
+            try:
+                signal.setitimer(signal.ITIMER_REAL, seconds)
+                call_handle(instance, context)
+            finally:
+                # The alarm is one-shot and the handler disarms itself before raising, so the
+                # interrupt is raised at most once, and only inside this try.
+                self._alarm_armed = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except JobTimeoutInterrupt:
+            raise JobTimeoutError(seconds) from None
+        finally:
+            signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+        if self._deadline_passed:
+            # handle() caught the interrupt and returned anyway: the attempt still ran too long.
+            raise JobTimeoutError(seconds)
+
+    def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        if self._alarm_armed:
+            self._alarm_armed = False
+            self._deadline_passed = True
+            raise JobTimeoutInterrupt()
+
+    def _report(
+        self, job: QueuedJob, outcome: JobOutcome, duration: float, error: Exception | None, delay: float | None
+    ) -> None:
+        assert self.reporter is not None
+        try:
+            self.reporter(
+                JobReport(job.job_class, job.queue, job.id, job.attempts, outcome, duration,
+                          None if error is None else type(error).__name__, delay)
+            )
+        except Exception as exc:
+            _contained(logger.error, "The job reporter raised %s (contained)", type(exc).__name__)
+
+    def _settle_failure(
+        self, job: QueuedJob, error: Exception, report: RenewalReport | None
+    ) -> tuple[JobOutcome, float | None]:
         cap = job.max_attempts if job.max_attempts is not None else self.default_max_attempts
+        message = _scrubbed_message(job, error)
         if job.attempts < cap:
             delay = retry_delay(job.attempts, self.retry_base_delay)
             _contained(
                 logger.warning, 'Job "%s" failed (attempt %d), retrying in %gs: %s: %s',
-                job.job_class, job.attempts, delay, type(error).__name__, error, extra=_describe(job),
+                job.job_class, job.attempts, delay, type(error).__name__, message, extra=_describe(job),
             )
-            self._settle(job, JobSettlement.RELEASE, error, report, delay=delay)
-            return
+            return self._settle(job, JobSettlement.RELEASE, error, report, delay=delay), delay
         _contained(
             logger.error, 'Job "%s" failed permanently (attempt %d of %d): %s: %s; arguments: %s',
-            job.job_class, job.attempts, cap, type(error).__name__, error, _redacted(job),
+            job.job_class, job.attempts, cap, type(error).__name__, message, _redacted(job),
             extra=_describe(job),
         )
         # Contract, "Recording a job before fail()": a record() error propagates, nothing is settled.
         failed_job_id = self.recorder.record(job, error, self.connection) if self.recorder is not None else None
-        self._settle(job, JobSettlement.FAIL, error, report, failed_job_id=failed_job_id)
+        crashpoints.reach("after_record")
+        return self._settle(job, JobSettlement.FAIL, error, report, failed_job_id=failed_job_id), None
 
     def _settle(
         self,
@@ -195,7 +427,7 @@ class Worker:
         *,
         delay: float = 0,
         failed_job_id: Any = None,
-    ) -> None:
+    ) -> JobOutcome:
         try:
             try:
                 if operation is JobSettlement.ACK:
@@ -210,18 +442,20 @@ class Worker:
                     job.job_class, job.attempts, operation.value, extra=_describe(job),
                 )
                 self._send(signals.job_settlement_lost, job, operation=operation, error=stale, exception=error)
-                return
+                return JobOutcome.LOST
             if operation is JobSettlement.ACK:
                 _contained(logger.info, 'Job "%s" succeeded (attempt %d)', job.job_class, job.attempts,
                            extra=_describe(job))
                 self._send(signals.job_succeeded, job)
-            elif operation is JobSettlement.RELEASE:
+                return JobOutcome.SUCCEEDED
+            if operation is JobSettlement.RELEASE:
                 self._send(signals.job_released, job, exception=error, delay=delay)
-            else:
-                self._send(
-                    signals.job_failed_permanently, job, exception=error, failed_job_id=failed_job_id,
-                    args=_redacted(job),
-                )
+                return JobOutcome.RELEASED
+            self._send(
+                signals.job_failed_permanently, job, exception=error, failed_job_id=failed_job_id,
+                args=_redacted(job),
+            )
+            return JobOutcome.FAILED
         finally:
             if report is not None and report.failures:
                 _contained(
@@ -230,8 +464,12 @@ class Worker:
                 )
 
     def _send(self, signal_: Any, job: QueuedJob, **kwargs: Any) -> None:
+        if not signal_.receivers:
+            return
         try:
-            responses = signal_.send_robust(type(self.queue), job=job, connection=self.connection, **kwargs)
+            # Receivers see the job with its Sensitive arguments redacted, as logs do.
+            shown = replace(job, args=_redacted_args(job))
+            responses = signal_.send_robust(type(self.queue), job=shown, connection=self.connection, **kwargs)
         except Exception as exc:
             _contained(logger.error, "A %s receiver setup failed: %r", "signal", exc)
             return
@@ -250,13 +488,25 @@ class Worker:
         timezone.deactivate()
 
 
-def _redacted(job: QueuedJob) -> str:
+def _redacted_args(job: QueuedJob) -> dict[str, Any]:
     try:
         from kinetis_queue.job import resolve_job_class
 
-        return dumps(redacted_args(resolve_job_class(job.job_class), job.args))
+        return redacted_args(resolve_job_class(job.job_class), job.args)
     except Exception:
-        return dumps(redacted_args(None, job.args))
+        return redacted_args(None, job.args)
+
+
+def _redacted(job: QueuedJob) -> str:
+    return dumps(_redacted_args(job))
+
+
+def _scrubbed_message(job: QueuedJob, error: Exception) -> str:
+    """The exception's message with any Sensitive argument's value replaced (failure paths only)."""
+    try:
+        return scrub(str(error), sensitive_values(job.job_class, job.args))
+    except Exception:
+        return "(message unavailable)"
 
 
 def _contained(log: Any, message: str, *args: Any, **kwargs: Any) -> None:

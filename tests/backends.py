@@ -26,6 +26,24 @@ class Backend:
     recovers_by: str = "timeout"
     #: The Django database alias of an SQL backend.
     database: str | None = None
+    #: Spec "Waiting counts": a job held by a delayed release() counts in size(). False for SQS, where that
+    #: delay is a visibility timeout (the message is in flight) and size() leaves in-flight messages out.
+    counts_delayed_release: bool = True
+    #: Spec "The pop() priority/timeout contract": between empty sweeps Redis, SQL and RabbitMQ pause for up
+    #: to a second, cut to the deadline. False for SQS, whose wait is a long poll of the highest-priority
+    #: queue alone: it returns a job the moment one arrives there, lasts up to 5 s, and waits whole
+    #: seconds, so a pop() can outlast its deadline (and a 1 s visibility timeout) by up to a second.
+    pauses_between_sweeps: bool = True
+    #: A fixture the `connection` fixture requests before building the queue (to start the backend's
+    #: server, say). Its value's ``prepare(queue)`` runs on the built queue, and tests/conftest.py's
+    #: ``rewrite_stored_job`` calls its ``rewrite_stored_job(job_id, job_class, args)``.
+    setup: str | None = None
+
+    @property
+    def recovers_by_timeout(self) -> bool:
+        """Spec "Reservation and recovery": an unsettled delivery comes back once its reservation expires
+        (not on RabbitMQ, where it comes back when the connection holding it drops)."""
+        return self.recovers_by == "timeout"
 
 
 BACKENDS = [
@@ -33,6 +51,16 @@ BACKENDS = [
     Backend("sql-sqlite", "sqlite", database="default"),
     Backend("sql-postgres", "postgres", service="PostgreSQL at 127.0.0.1:5432", database="postgres"),
     Backend("sql-mariadb", "mariadb", service="MariaDB at 127.0.0.1:3306", database="mariadb"),
+    # Spec: leases expire by Redis TIME (recovered by timeout); settlements fenced on the leased envelope.
+    Backend("redis", "redis", service="Redis at 127.0.0.1:6379"),
+    # Spec, SQS: no fence (SQS answers a stale receipt handle itself), a best-effort visibility timeout,
+    # not a ClearableQueue. The sqs_queues fixture starts moto's server and creates each test's queues.
+    Backend("sqs", "sqs", service="moto's server (started by the tests)", fenced=False, atomic_reserve=False,
+            counts_delayed_release=False, pauses_between_sweeps=False, setup="sqs_queues"),
+    # Spec, RabbitMQ: no fence (a delivery tag is scoped to its channel), not renewable, and an unsettled
+    # delivery is requeued when its connection drops. rabbitmq_queues deletes each test's queues and ladders.
+    Backend("rabbitmq", "rabbitmq", service="RabbitMQ at 127.0.0.1:5672", fenced=False, recovers_by="connection",
+            setup="rabbitmq_queues"),
 ]
 
 SQL_BACKENDS = [b for b in BACKENDS if b.database is not None]

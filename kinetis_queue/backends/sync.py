@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from kinetis_queue.contracts import ClearableQueue, JobSettlement, QueuedJob
+from kinetis_queue.contracts import ClearableQueue, JobSettlement, QueuedJob, QueueStats
 from kinetis_queue.envelope import Envelope
 from kinetis_queue.exceptions import StaleJobHandleError
 from kinetis_queue.job import JobContext, call_handle
@@ -54,3 +54,9 @@ class SyncQueue(ClearableQueue):
 
     def _clear(self, queue: str) -> int:
         return 0
+
+    def _stats(self, queue: str) -> QueueStats:
+        return QueueStats(waiting=0, ready=0, delayed=0, reserved=0)
+
+    def queue_names(self) -> list[str]:
+        return []

@@ -229,6 +229,7 @@ def test_zero_timeout_waits_until_a_job_arrives(connection: Queue, queue_name: s
 
 
 @pytest.mark.trait("stores_jobs")
+@pytest.mark.trait("pauses_between_sweeps")
 def test_job_arriving_on_a_higher_priority_queue_during_a_wait_is_taken_first(
     connection: Queue, queue_name: str
 ) -> None:

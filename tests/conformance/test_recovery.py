@@ -44,6 +44,7 @@ def test_expired_reservation_is_redelivered_with_the_next_attempt(connection: Qu
 
 
 @pytest.mark.trait("stores_jobs")
+@pytest.mark.trait("pauses_between_sweeps")
 @pytest.mark.usefixtures("recovers_by_timeout")
 def test_reserved_job_is_not_delivered_again_before_its_reservation_expires(connection: Queue, queue_name: str) -> None:
     """Contract: Reservation and recovery (a live reservation hides the job from other pops)."""

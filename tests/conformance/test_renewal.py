@@ -78,6 +78,7 @@ def test_renewed_job_is_not_redelivered(connection: RenewableQueue, queue_name: 
     assert connection.size(queue_name) == 0
 
 
+@pytest.mark.trait("fenced")
 def test_renew_after_ack_does_not_raise_or_resurrect_the_job(connection: RenewableQueue, queue_name: str) -> None:
     """Contract: Reservation renewal (renew() claims nothing about the delivery; it never adds one back)."""
     connection.push(Records("done"), queue=queue_name)
@@ -96,6 +97,7 @@ def test_renew_after_ack_does_not_raise_or_resurrect_the_job(connection: Renewab
     assert connection.size(queue_name) == 0
 
 
+@pytest.mark.trait("fenced")
 def test_renew_of_a_reclaimed_delivery_does_not_take_the_reservation_back(
     connection: RenewableQueue, queue_name: str
 ) -> None:

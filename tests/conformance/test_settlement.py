@@ -82,6 +82,7 @@ def test_release_makes_the_job_poppable_again_as_a_new_delivery(connection: Queu
 
 
 @pytest.mark.trait("stores_jobs")
+@pytest.mark.trait("counts_delayed_release")
 def test_release_delay_is_a_floor(connection: Queue, queue_name: str) -> None:
     """Contract: release() across backends (a job is held for at least the release delay)."""
     connection.push(Records("retried"), queue=queue_name)
@@ -102,6 +103,7 @@ def test_release_delay_is_a_floor(connection: Queue, queue_name: str) -> None:
 
 
 @pytest.mark.trait("stores_jobs")
+@pytest.mark.trait("counts_delayed_release")
 def test_release_delay_may_be_a_timedelta(connection: Queue, queue_name: str) -> None:
     """Contract: release() across backends (the delay, here a timedelta, holds the job back)."""
     connection.push(Records("retried"), queue=queue_name)

@@ -14,7 +14,14 @@ from django.db.utils import load_backend
 
 from kinetis_queue.backends.sql.claim import claim
 from kinetis_queue.conf import ConnectionSettings
-from kinetis_queue.contracts import ClearableQueue, DisposableQueue, JobSettlement, QueuedJob, RenewableQueue
+from kinetis_queue.contracts import (
+    ClearableQueue,
+    DisposableQueue,
+    JobSettlement,
+    QueuedJob,
+    QueueStats,
+    RenewableQueue,
+)
 from kinetis_queue.envelope import (
     Envelope,
     decode_fields,
@@ -43,6 +50,13 @@ SIZE = (
     "SELECT COUNT(*) FROM kinetis_queue_jobs WHERE queue = %s AND (reserved_at IS NULL OR reserved_at <= %s)"
 )
 CLEAR = "DELETE FROM kinetis_queue_jobs WHERE queue = %s AND reserved_at IS NULL"
+#: queue_status in one statement, so the figures are one snapshot: live reservations, delayed, all rows.
+STATS = (
+    "SELECT COALESCE(SUM(CASE WHEN reserved_at > %s THEN 1 ELSE 0 END), 0), "
+    "COALESCE(SUM(CASE WHEN (reserved_at IS NULL OR reserved_at <= %s) AND available_at > %s THEN 1 ELSE 0 END), 0), "
+    "COUNT(*) FROM kinetis_queue_jobs WHERE queue = %s"
+)
+QUEUE_NAMES = "SELECT DISTINCT queue FROM kinetis_queue_jobs ORDER BY queue"
 
 
 class SqlHandle(NamedTuple):
@@ -233,6 +247,22 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         with connections[self.database].cursor() as cursor:
             cursor.execute(CLEAR, [queue])
             return int(cursor.rowcount)
+
+    def _stats(self, queue: str) -> QueueStats:
+        # Contract, "Waiting counts and clearing": an expired reservation is ready (the next pop()
+        # reclaims it), so ready + delayed == size(); reserved counts live reservations only.
+        now = time.time()
+        expired_before = now - self._visibility_timeout
+        with connections[self.database].cursor() as cursor:
+            cursor.execute(STATS, [expired_before, expired_before, now, queue])
+            reserved, delayed, total = (int(n) for n in cursor.fetchone())
+        ready = total - reserved - delayed
+        return QueueStats(waiting=ready + delayed, ready=ready, delayed=delayed, reserved=reserved)
+
+    def queue_names(self) -> list[str]:
+        with connections[self.database].cursor() as cursor:
+            cursor.execute(QUEUE_NAMES)
+            return [row[0] for row in cursor.fetchall()]
 
     # -- helpers ----------------------------------------------------------------------------------
 

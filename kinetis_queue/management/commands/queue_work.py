@@ -1,43 +1,31 @@
-"""``manage.py queue_work``: run a worker on one connection."""
+"""``manage.py queue_work``: run a worker on one connection (or N of them with ``--processes``)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kinetis_queue import conf, connections
-from kinetis_queue.contracts import DisposableQueue
-from kinetis_queue.exceptions import InvalidQueueArgumentError, KinetisQueueError
-from kinetis_queue.validation import validate_connection_name, validate_queue_list
-from kinetis_queue.worker import MAX_RETRY_DELAY, Worker
+from kinetis_queue.contracts import DisposableQueue, RenewableQueue
+from kinetis_queue.exceptions import KinetisQueueError
+from kinetis_queue.management.commands._arguments import (
+    connection_name,
+    positive_int,
+    positive_number,
+    queue_list,
+)
+from kinetis_queue.restart import marker_for
+from kinetis_queue.worker import MAX_RETRY_DELAY, JobOutcome, JobReport, Worker
 
-
-def _queue_list(value: str) -> tuple[str, ...]:
-    try:
-        return validate_queue_list([name.strip() for name in value.split(",")])
-    except InvalidQueueArgumentError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _connection(value: str) -> str:
-    try:
-        return validate_connection_name(value, "--connection")
-    except InvalidQueueArgumentError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _positive(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError("must be a number of seconds") from None
-    if not number > 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError("must be a positive number of seconds")
-    return number
+# Kept under their old names: queue_clear and other code import them from here.
+_queue_list = queue_list
+_connection = connection_name
+_positive = positive_number
 
 
 def _attempts(value: str) -> int:
@@ -56,14 +44,21 @@ def _backoff(value: str) -> float:
     return number
 
 
+#: -v 1 shows warnings and errors of the worker's log, -v 2 adds a line per job's log, -v 3 debug.
+LOG_LEVELS = {1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
+
+
 class Command(BaseCommand):
-    help = "Process jobs from a queue connection until stopped (SIGTERM/SIGINT stop between jobs)."
+    help = (
+        "Process jobs from a queue connection until stopped (SIGTERM/SIGINT stop between jobs) or a "
+        "limit is reached; prints why it stopped. Exit status 0 for every controlled stop."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--connection", type=_connection, help="connection name (default: DEFAULT_CONNECTION)")
-        parser.add_argument("--queue", type=_queue_list, default=("default",),
+        parser.add_argument("--connection", type=connection_name, help="connection name (default: DEFAULT_CONNECTION)")
+        parser.add_argument("--queue", type=queue_list, default=("default",),
                             help="queues to watch, highest priority first: --queue high,default")
-        parser.add_argument("--sleep", type=_positive, default=None,
+        parser.add_argument("--sleep", type=positive_number, default=None,
                             help="seconds each pop() looks for work before the loop checks for a stop "
                                  "(default: POLL_TIMEOUT)")
         parser.add_argument("--tries", type=_attempts, default=None,
@@ -73,6 +68,17 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="process at most one job, then exit")
         parser.add_argument("--stop-when-empty", action="store_true",
                             help="exit once a pop() finds no job within --sleep")
+        parser.add_argument("--max-jobs", type=positive_int, default=None,
+                            help="exit after this many deliveries (retries and failures count)")
+        parser.add_argument("--max-time", type=positive_number, default=None,
+                            help="exit between jobs once this many seconds have passed")
+        parser.add_argument("--memory", type=positive_number, default=None,
+                            help="exit between jobs once resident memory reaches this many MB")
+        parser.add_argument("--timeout", type=positive_number, default=None,
+                            help="hard limit in seconds on one attempt; it then fails as the job's own "
+                                 "failure and follows the retry rules (default: TIMEOUT, none)")
+        parser.add_argument("--processes", type=positive_int, default=1,
+                            help="run this many worker processes under a supervisor (default 1)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         # Everything is validated before anything is printed or touched.
@@ -80,29 +86,49 @@ class Command(BaseCommand):
             settings = conf.connection_settings(options["connection"])
         except KinetisQueueError as exc:
             raise CommandError(str(exc)) from exc
+        verbosity: int = options["verbosity"]
+        if options["processes"] > 1:
+            self._supervise(options["processes"], verbosity)
+            return
         timeout = options["sleep"] if options["sleep"] is not None else settings.poll_timeout
         tries = options["tries"] if options["tries"] is not None else settings.max_attempts
         backoff = options["backoff"] if options["backoff"] is not None else settings.retry_base_delay
+        job_timeout = options["timeout"] if options["timeout"] is not None else settings.timeout
         queues: tuple[str, ...] = options["queue"]
         try:
             queue = connections.build(settings.name)
         except KinetisQueueError as exc:
             raise CommandError(str(exc)) from exc
         worker = Worker(queue, connection=options["connection"], default_max_attempts=tries,
-                        retry_base_delay=backoff)
-        handler = self._attach_log_handler(options["verbosity"])
+                        retry_base_delay=backoff, job_timeout=job_timeout,
+                        reporter=self._job_line if verbosity >= 1 else None)
+        handler = self._attach_log_handler(verbosity)
         try:
-            if options["verbosity"] >= 1:
-                self.stdout.write(
+            if verbosity >= 1:
+                self._say(
                     f"Worker on connection {settings.name!r} ({settings.backend}) watching "
                     f"{', '.join(queues)}; stop with Ctrl-C or SIGTERM."
                 )
-            if options["once"]:
-                worker.process_next(timeout, queues)
-            else:
-                worker.run(timeout, queues, stop_when_empty=options["stop_when_empty"])
-            if options["verbosity"] >= 1:
-                self.stdout.write(f"Worker stopped after {worker.processed} job(s).")
+                if job_timeout is not None and isinstance(queue, RenewableQueue) \
+                        and job_timeout >= queue.visibility_timeout():
+                    self.stderr.write(
+                        f"Warning: --timeout {job_timeout:g}s is not below the visibility timeout "
+                        f"({queue.visibility_timeout()}s): a job whose heartbeat stalls can be "
+                        "redelivered while it still runs."
+                    )
+            try:
+                reason = worker.run(
+                    timeout, queues, stop_when_empty=options["stop_when_empty"], once=options["once"],
+                    max_jobs=options["max_jobs"], max_time=options["max_time"], memory=options["memory"],
+                    restart=marker_for(queue, settings.name),
+                )
+            except Exception as exc:
+                # An infrastructure failure: non-zero exit; --traceback shows where.
+                raise CommandError(
+                    f"Worker stopped (error) after {worker.processed} job(s): {type(exc).__name__}: {exc}"
+                ) from exc
+            if verbosity >= 1:
+                self._say(f"Worker stopped ({reason}) after {worker.processed} job(s).")
         finally:
             worker.close()
             if isinstance(queue, DisposableQueue):
@@ -110,13 +136,49 @@ class Command(BaseCommand):
             if handler is not None:
                 logging.getLogger("kinetis_queue").removeHandler(handler)
 
+    def _supervise(self, processes: int, verbosity: int) -> None:
+        from kinetis_queue.supervisor import supervise
+
+        def say(line: str) -> None:
+            if verbosity >= 1:
+                self._say(line)
+
+        try:
+            status = supervise(sys.argv, processes, say)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        if status != 0:
+            raise CommandError("a worker process ended with a non-zero status", returncode=status)
+
+    def _job_line(self, report: JobReport) -> None:
+        """One line per job: time, class, queue, attempt, duration, outcome (never arguments)."""
+        when = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+        detail = ""
+        if report.error is not None:
+            detail = f" ({report.error}" + (f", retry in {report.delay:g}s)" if report.delay is not None else ")")
+        style = {
+            JobOutcome.SUCCEEDED: self.style.SUCCESS,
+            JobOutcome.RELEASED: self.style.WARNING,
+            JobOutcome.LOST: self.style.WARNING,
+            JobOutcome.FAILED: self.style.ERROR,
+        }[report.outcome]
+        self._say(
+            f"[{when}] {report.job_class} on {report.queue}, attempt {report.attempt}: "
+            f"{style(str(report.outcome))} in {report.duration:.3f}s{detail}"
+        )
+
+    def _say(self, line: str) -> None:
+        """Write one line and flush it: a log collector reading a pipe sees each line as it happens."""
+        self.stdout.write(line)
+        self.stdout.flush()
+
     def _attach_log_handler(self, verbosity: int) -> logging.Handler | None:
         """Show the worker's log lines on stderr unless the project configured logging for them."""
         package_logger = logging.getLogger("kinetis_queue")
         if verbosity < 1 or package_logger.handlers:
             return None
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         package_logger.addHandler(handler)
-        package_logger.setLevel(logging.INFO if verbosity >= 2 else logging.WARNING)
+        package_logger.setLevel(LOG_LEVELS.get(min(verbosity, 3), logging.WARNING))
         return handler

@@ -1,0 +1,258 @@
+"""One AMQP connection of a RabbitMqQueue: its URL, its two channels, and the heartbeat pump.
+
+py-amqp connections are not thread-safe, so every use of a Session happens under its queue's
+lock, the pump included. A Session is never repaired: any failure while using it (other than a
+nack or a returned message, which leave the channel consistent) discards the whole connection,
+and the next operation opens a new one. The broker then requeues every delivery the old
+connection held (contract: "Reservation and recovery", RabbitMQ row), and their receipts can no
+longer be settled.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import quote, unquote, urlsplit
+
+import amqp
+
+from kinetis_queue.exceptions import QueueConfigurationError
+
+logger = logging.getLogger("kinetis_queue.rabbitmq")
+
+#: Used when a connection sets no URL.
+DEFAULT_URL: Final = "amqp://guest:guest@localhost:5672//"
+#: Heartbeat interval proposed to the broker, in seconds (RabbitMQ's own default); 0 disables it.
+DEFAULT_HEARTBEAT: Final = 60
+#: Seconds allowed for the TCP connect, TLS and AMQP handshakes.
+CONNECT_TIMEOUT: Final = 10.0
+#: Seconds a socket read or write may block: bounds every RPC and every wait for a confirmation.
+OPERATION_TIMEOUT: Final = 30.0
+#: How long one pump tick waits for an incoming frame (the lock is held meanwhile).
+PUMP_READ_TIMEOUT: Final = 0.001
+#: Frames one pump tick reads at most (heartbeats are one frame per half interval).
+PUMP_MAX_FRAMES: Final = 100
+
+
+@dataclass(frozen=True)
+class ConnectionParams:
+    """Where and how to connect, parsed from an ``amqp://`` or ``amqps://`` URL."""
+
+    host: str
+    port: int
+    userid: str
+    password: str = field(repr=False)
+    virtual_host: str
+    tls: bool
+
+    def describe(self) -> str:
+        """The broker's address for messages: no credentials."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'amqps' if self.tls else 'amqp'}://{host}:{self.port}/{quote(self.virtual_host, safe='')}"
+
+
+def parse_url(url: object, key: str) -> ConnectionParams:
+    """Parse ``amqp://user:password@host:port/vhost`` (``amqps://`` for TLS); errors name ``key``.
+
+    As in kombu, the path after the first ``/`` is the URL-encoded virtual host, and ``//`` or an
+    empty path mean ``/``. Credentials default to guest/guest and the port to 5672 (5671 for TLS).
+    Messages never repeat the URL, which may hold a password.
+    """
+    if type(url) is not str:
+        raise QueueConfigurationError(f"{key} must be an amqp:// or amqps:// URL string")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise QueueConfigurationError(f"{key} is not a valid URL (check the host and port)") from None
+    if parts.scheme not in ("amqp", "amqps"):
+        raise QueueConfigurationError(f"{key} must start with amqp:// or amqps://")
+    if not parts.hostname:
+        raise QueueConfigurationError(f"{key} must name a host")
+    if parts.query or parts.fragment:
+        raise QueueConfigurationError(
+            f"{key} must not carry query options; set HEARTBEAT in the connection's settings instead"
+        )
+    tls = parts.scheme == "amqps"
+    path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    return ConnectionParams(
+        host=parts.hostname,
+        port=port if port is not None else (5671 if tls else 5672),
+        userid=unquote(parts.username) if parts.username is not None else "guest",
+        password=unquote(parts.password) if parts.password is not None else "guest",
+        virtual_host=unquote(path) or "/",
+        tls=tls,
+    )
+
+
+def _ssl_options(params: ConnectionParams) -> dict[str, Any] | bool:
+    if not params.tls:
+        return False
+    # py-amqp builds ssl.create_default_context() from "context": certificates are verified against
+    # the system's CAs (or SSL_CERT_FILE) and the host name is checked.
+    return {"context": {"check_hostname": True}, "server_hostname": params.host}
+
+
+class Session:
+    """An open connection with a channel for deliveries and a confirm-mode channel for the rest.
+
+    ``deliveries`` only runs ``basic.get``, ``basic.ack`` and ``basic.reject``; ``publisher``
+    publishes (every publish mandatory, persistent and confirmed) and declares, counts, purges
+    and deletes. A delivery tag is scoped to its channel, so a receipt names this Session.
+    """
+
+    def __init__(self, params: ConnectionParams, heartbeat: int, name: str) -> None:
+        self.connection = amqp.Connection(
+            host=f"[{params.host}]:{params.port}" if ":" in params.host else f"{params.host}:{params.port}",
+            userid=params.userid,
+            password=params.password,
+            virtual_host=params.virtual_host,
+            ssl=_ssl_options(params),
+            heartbeat=heartbeat,
+            connect_timeout=CONNECT_TIMEOUT,
+            read_timeout=OPERATION_TIMEOUT,
+            write_timeout=OPERATION_TIMEOUT,
+            client_properties={"connection_name": f"kinetis_queue {name} (pid {os.getpid()})"},
+        )
+        try:
+            self.connection.connect()
+            self.deliveries = self.connection.channel()
+            self.publisher = self.connection.channel()
+        except BaseException:
+            self.connection.collect()
+            raise
+        #: Reply codes of messages the broker returned since the last publish began.
+        self.returned: list[int] = []
+        self.publisher.events["basic_return"].add(self._on_return)
+        #: Delivery tags popped on ``deliveries`` and not settled yet.
+        self.unsettled: set[int] = set()
+        #: Queues declared on this connection, and the highest ladder tier declared for each.
+        self.declared: set[str] = set()
+        self.ladders: dict[str, int] = {}
+        self.closed = False
+        #: The process that opened the connection: a forked child must not use (or shut) its socket.
+        self.pid = os.getpid()
+        self._pump: HeartbeatPump | None = None
+
+    def _on_return(self, exc: Exception, exchange: str, routing_key: str, message: Any) -> None:
+        # RabbitMQ sends basic.return before the basic.ack of the same publish, so this has run by
+        # the time the confirming publish returns (notes: "The return-handler pattern").
+        self.returned.append(int(getattr(exc, "reply_code", 0) or 0))
+
+    @property
+    def heartbeat(self) -> float:
+        """The negotiated heartbeat interval in seconds (0: none)."""
+        return float(self.connection.heartbeat or 0)
+
+    def usable(self) -> bool:
+        return (
+            not self.closed
+            and self.pid == os.getpid()
+            and bool(self.connection.connected)
+            and self.deliveries.is_open
+            and self.publisher.is_open
+        )
+
+    def forget(self, queue: str) -> None:
+        """Drop what this connection believes it declared for ``queue``: the next use redeclares."""
+        self.declared.discard(queue)
+        self.ladders.pop(queue, None)
+
+    # -- heartbeats ---------------------------------------------------------------------------------
+
+    def start_pump(self, lock: threading.RLock, on_failure: Callable[[Session, BaseException], None]) -> None:
+        """Service heartbeats from a background thread whenever the lock is free (see HeartbeatPump)."""
+        if self.heartbeat > 0:
+            self._pump = HeartbeatPump(self, lock, on_failure)
+            self._pump.start()
+
+    def service(self) -> None:
+        """Read whatever the broker sent (its heartbeats above all), then send ours when due.
+
+        Called with the lock held. A frame that is not a heartbeat is dispatched as py-amqp
+        always does: a channel or connection close raises here, and the caller discards us.
+        """
+        for _ in range(PUMP_MAX_FRAMES):
+            try:
+                self.connection.drain_events(timeout=PUMP_READ_TIMEOUT)
+            except TimeoutError:
+                break
+        # rate=4: send when a quarter interval passed without traffic; raises ConnectionForced when
+        # nothing came from the broker for two intervals.
+        self.connection.heartbeat_tick(rate=4)
+
+    # -- closing ------------------------------------------------------------------------------------
+
+    def close(self, *, graceful: bool) -> None:
+        """Close the connection (the broker requeues every unsettled delivery). Call under the lock.
+
+        Graceful: connection.close and its close-ok, bounded by OPERATION_TIMEOUT; otherwise, or
+        when that fails, the socket is just shut.
+        """
+        if self.closed:
+            return
+        self.closed = True
+        if self.pid != os.getpid():
+            return  # inherited through fork(): shutting the socket would end the parent's connection
+        if self._pump is not None:
+            self._pump.stop()
+        if graceful:
+            try:
+                self.connection.close()
+                return
+            except Exception as exc:  # a dead socket: shutting it is all that is left to do
+                logger.debug("RabbitMQ connection close failed (%s); shutting the socket", type(exc).__name__)
+        try:
+            self.connection.collect()
+        except (OSError, AttributeError):  # already torn down
+            pass
+
+    def join_pump(self, timeout: float) -> None:
+        """Wait for the pump thread to end (it does within one tick of close())."""
+        pump = self._pump
+        if pump is not None and pump.ident != threading.get_ident():
+            pump.join(timeout)
+
+
+class HeartbeatPump(threading.Thread):
+    """Keeps a Session's heartbeats flowing while nobody else uses its connection.
+
+    Contract, "Backend mechanisms: RabbitMQ": a job running longer than the heartbeat interval
+    must keep its connection, and with it its delivery, which the channel holds until acked. The
+    worker's renewal heartbeat runs only for a RenewableQueue, so this thread does the AMQP side:
+    every quarter interval (at most every second) it takes the queue's lock, drains incoming
+    frames and sends a heartbeat frame when one is due. Python threads interleave under the GIL,
+    so even a CPU-bound handle() does not starve it.
+    """
+
+    def __init__(
+        self, session: Session, lock: threading.RLock, on_failure: Callable[[Session, BaseException], None]
+    ) -> None:
+        super().__init__(name="kinetis-queue-rabbitmq-heartbeat", daemon=True)
+        self._session = session
+        self._lock = lock
+        self._on_failure = on_failure
+        self._stopped = threading.Event()
+        self.interval = min(1.0, session.heartbeat / 4)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def run(self) -> None:
+        while not self._stopped.wait(self.interval):
+            # Busy lock: another thread is mid-operation, and its traffic counts as a heartbeat.
+            if not self._lock.acquire(timeout=self.interval):
+                continue
+            try:
+                if self._session.closed:
+                    return
+                self._session.service()
+            except BaseException as exc:
+                self._on_failure(self._session, exc)
+                return
+            finally:
+                self._lock.release()

@@ -1,0 +1,60 @@
+"""Argument types shared by the queue_* commands: each rejects a bad value before anything runs.
+
+argparse reports a rejected value and exits with status 2 before the command's ``handle()`` is
+called, so a bad argument never prints anything on stdout nor touches a backend or the database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from kinetis_queue.exceptions import InvalidQueueArgumentError
+from kinetis_queue.validation import validate_connection_name, validate_queue_list, validate_queue_name
+
+
+def queue_list(value: str) -> tuple[str, ...]:
+    """``--queue a,b``: every name valid, none repeated (the whole list, before any is used)."""
+    try:
+        return validate_queue_list([name.strip() for name in value.split(",")])
+    except InvalidQueueArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def queue_name(value: str) -> str:
+    try:
+        return validate_queue_name(value)
+    except InvalidQueueArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def connection_name(value: str) -> str:
+    try:
+        return validate_connection_name(value, "--connection")
+    except InvalidQueueArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_number(value: str) -> float:
+    """A finite number greater than 0 (seconds, megabytes, hours)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a number") from None
+    if not number > 0 or not math.isfinite(number):
+        raise argparse.ArgumentTypeError("must be a positive number")
+    return number
+
+
+def positive_int(value: str) -> int:
+    """An int of 1 or more, written in plain digits."""
+    if not value.isascii() or not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError("must be a positive int")
+    return int(value)
+
+
+def record_id(value: str) -> int:
+    """A failed-job record id: a positive int."""
+    if not value.isascii() or not value.isdigit() or int(value) < 1 or int(value) > 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a failed-job id (a positive int)")
+    return int(value)

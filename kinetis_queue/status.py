@@ -1,0 +1,79 @@
+"""The figures ``queue_status`` and the admin's status page show: per connection and queue, a snapshot.
+
+Each number comes from the backend's ``Queue.stats()`` (see contracts.QueueStats for what each one
+means) and the failed count from the FailedJob table. Nothing here decodes a payload. The figures
+are point-in-time: under running workers they can change the moment they are read, and a live
+reservation does not prove that a worker is still alive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kinetis_queue import conf, connections
+from kinetis_queue.contracts import DisposableQueue, Queue, QueueStats
+from kinetis_queue.failed import failed_counts
+from kinetis_queue.validation import QUEUE_NAME
+
+
+@dataclass(frozen=True)
+class QueueFigures:
+    queue: str
+    stats: QueueStats
+    failed: int
+
+
+@dataclass(frozen=True)
+class ConnectionFigures:
+    connection: str
+    backend: str
+    queues: list[QueueFigures] = field(default_factory=list)
+    #: Why this connection's figures could not be read (the backend is down, its library missing...).
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "connection": self.connection,
+            "backend": self.backend,
+            "error": self.error,
+            "queues": [{"queue": q.queue, **asdict(q.stats), "failed": q.failed} for q in self.queues],
+        }
+
+
+def collect(connection: str | None = None, queues: Sequence[str] | None = None) -> list[ConnectionFigures]:
+    """Figures for ``connection`` (default: every configured one) and ``queues`` (default: every queue
+    the backend can list, plus those with failed records, else "default").
+
+    A connection whose figures cannot be read is returned with ``error`` set; the others still are.
+    Raises QueueConfigurationError for a bad setting or an unknown connection, before any I/O.
+    """
+    loaded = conf.load()
+    names = [conf.connection_settings(connection).name] if connection else list(loaded.connections)
+    failed = failed_counts(loaded.default_connection)
+    result = []
+    for name in names:
+        settings = loaded.connections[name]
+        try:
+            queue = connections.build(name)
+        except Exception as exc:
+            result.append(ConnectionFigures(name, settings.backend, error=f"{type(exc).__name__}: {exc}"))
+            continue
+        try:
+            wanted = list(queues) if queues else _queue_names(queue, name, failed)
+            figures = [QueueFigures(q, queue.stats(q), failed.get((name, q), 0)) for q in wanted]
+            result.append(ConnectionFigures(name, settings.backend, figures))
+        except Exception as exc:
+            result.append(ConnectionFigures(name, settings.backend, error=f"{type(exc).__name__}: {exc}"))
+        finally:
+            if isinstance(queue, DisposableQueue):
+                queue.dispose()
+    return result
+
+
+def _queue_names(queue: Queue, connection: str, failed: dict[tuple[str, str], int]) -> list[str]:
+    names = set(queue.queue_names() or ())
+    names.update(q for (c, q) in failed if c == connection)
+    # A name outside the grammar (a hand-edited row) names no queue a worker could watch.
+    return sorted(n for n in names if QUEUE_NAME.fullmatch(n)) or ["default"]
