@@ -12,7 +12,7 @@ if [ ! -d "$tests_dir/tasks" ]; then
   "$PY" -m pip download --quiet --no-deps --no-binary :all: "django==$version" -d "$cache" 2>/dev/null
   tar -xzf "$cache/django-$version.tar.gz" -C "$cache" "django-$version/tests/tasks"
 fi
-for connection in ${KINETIS_UPSTREAM_CONNECTIONS:-sqlite}; do
+for connection in ${KINETIS_UPSTREAM_CONNECTIONS:-sqlite redis}; do
   echo "== Django $version tests/tasks against KinetisTaskBackend on the $connection connection"
   KINETIS_UPSTREAM_CONNECTION="$connection" PYTHONPATH="$PWD:$PWD/$tests_dir" \
     "$PY" -m pytest tests_upstream -p pytest_django --ds=tests_upstream.settings -o addopts="-p no:cacheprovider" -rs -q "$@"

@@ -113,7 +113,8 @@ TASKS = {
     "default": {
         "BACKEND": "kinetis_queue.tasks.KinetisTaskBackend",
         "QUEUES": [],
-        "OPTIONS": {"CONNECTION": "sqlite"},
+        # A worker subprocess started by a test of another store gets that store's connection here.
+        "OPTIONS": {"CONNECTION": os.environ.get("KINETIS_TESTS_TASKS_CONNECTION", "sqlite")},
     }
 }
 

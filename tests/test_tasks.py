@@ -186,13 +186,24 @@ def test_a_run_whose_delivery_was_replaced_cannot_write(tq: str) -> None:
     queues["sqlite"].ack(job)
 
 
-def test_a_sigkilled_worker_leaves_no_task_in_limbo(tq: str, tmp_path: Path) -> None:
-    """The inverse of django-tasks-db's kill test: attempt 2 ends SUCCESSFUL, both worker ids recorded."""
+@pytest.mark.trait("stores_jobs")
+def test_a_sigkilled_worker_leaves_no_task_in_limbo(
+    connection: Any, backend: Any, tq: str, tmp_path: Path
+) -> None:
+    """The inverse of django-tasks-db's kill test, on every store: a worker SIGKILLed mid-task; the task
+    runs again (after the lease; at once on RabbitMQ) as attempt 2, ends SUCCESSFUL, both worker ids kept."""
+    from django.test import override_settings
+
+    connection.size(tq)  # the store's test support creates (SQS) or tracks (RabbitMQ) the queue
     marker = tmp_path / "running"
-    result = task_defs.hangs_on_first_attempt.using(queue_name=tq).enqueue(str(marker))
-    env = {**os.environ, "KINETIS_TESTS_SUBPROCESS": "1", "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "django", "queue_work", "--settings=tests.settings", "--connection=sqlite",
-               f"--queue={tq}", "-v", "0"]
+    tasks = {"default": {"BACKEND": "kinetis_queue.tasks.KinetisTaskBackend", "QUEUES": [],
+                         "OPTIONS": {"CONNECTION": backend.connection}}}
+    with override_settings(TASKS=tasks):
+        result = task_defs.hangs_on_first_attempt.using(queue_name=tq).enqueue(str(marker))
+    env = {**os.environ, "KINETIS_TESTS_SUBPROCESS": "1", "PYTHONPATH": str(ROOT),
+           "KINETIS_TESTS_TASKS_CONNECTION": backend.connection}
+    command = [sys.executable, "-m", "django", "queue_work", "--settings=tests.settings",
+               f"--connection={backend.connection}", f"--queue={tq}", "-v", "0"]
     first = subprocess.Popen([*command, "--sleep=1"], env=env, cwd=ROOT)
     try:
         wait_until(marker.exists, timeout=60)

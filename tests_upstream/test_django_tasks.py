@@ -59,6 +59,9 @@ class KinetisTaskTestCase(test_tasks.TaskTestCase, TransactionTestCase):  # type
     def setUp(self) -> None:
         purge()
 
+    def tearDown(self) -> None:
+        purge()
+
 
 @skip(["test_using_correct_backend", "test_clear", "test_enqueue_task", "test_enqueue_task_async",
        "test_refresh_result", "test_refresh_result_async"], DUMMY_INTERNALS)
@@ -66,6 +69,9 @@ class KinetisTaskTestCase(test_tasks.TaskTestCase, TransactionTestCase):  # type
 @override_settings(TASKS={"default": {"BACKEND": BACKEND, "QUEUES": []}})
 class KinetisQueueBackendTestCase(test_dummy_backend.DummyBackendTestCase, TransactionTestCase):  # type: ignore[misc]
     def setUp(self) -> None:
+        purge()
+
+    def tearDown(self) -> None:
         purge()
 
 
