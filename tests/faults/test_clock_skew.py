@@ -1,0 +1,107 @@
+"""D1/D2, clock skew of a whole process with libfaketime (RELIABILITY.md §3 D).
+
+Contract, "Delayed jobs": Redis and SQL delays are written with the pushing process's clock and
+compared against the popping worker's; SQL's ``reserved_at`` is the worker's ``time()`` ("Backend
+mechanisms: SQL"), so skew between hosts shifts when a delay ends and when a reservation looks
+expired. What must hold besides: nothing is lost, and a premature reclaim's late settlement is fenced.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kinetis_queue.contracts import Queue
+from tests.backends import Backend
+from tests.conftest import wait_until
+from tests.faults import history, procs, stores
+from tests.faults.harness import finish, push
+from tests.faults.history import new_tag
+from tests.faults.jobs import Tagged
+
+pytestmark = [
+    pytest.mark.fault,
+    pytest.mark.trait("stores_jobs"),
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(not procs.FAKETIME_LIBS, reason="libfaketime missing: scripts/system-deps.sh installs it"),
+]
+
+DELAY = 5
+
+
+@pytest.mark.parametrize("skew", [20, -20], ids=lambda s: f"pusher{s:+d}s")
+def test_pusher_skew_moves_a_delay_by_the_pushers_clock(
+    backend: Backend, connection: Queue, queue_name: str, history_dir: Path, seed: int, run_id: str, skew: int
+) -> None:
+    """D1: the due time is the pusher's clock + delay; with -20 s > the 5 s delay the job runs at once."""
+    store: Any = stores.store_for(backend, connection)
+    if not hasattr(store, "due_at"):
+        pytest.skip(f"{backend.id}: delays are not scored with the pusher's clock (or no store adapter yet)")
+    tag = new_tag(run_id, 0)
+    before = time.time()
+    pusher = subprocess.run(
+        [sys.executable, "-m", "tests.faults.pusher", backend.connection, queue_name, tag, str(DELAY)],
+        env=procs.env(history_dir, faketime=f"{skew:+d}s", role="pusher"), cwd=procs.ROOT,
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    after = time.time()
+    pusher_clock = float(pusher.stdout.split()[0])
+    assert before + skew - 1 <= pusher_clock <= after + skew + 1, "libfaketime did not skew the pusher"
+    shift = store.due_at(queue_name) - DELAY - (before + after) / 2
+    assert abs(shift - skew) <= 1 + (after - before) / 2
+
+    runs_at_once = -skew > DELAY  # the delay's floor breaks against real time: the contract's documented skew
+    if not runs_at_once:
+        assert connection.pop(0.5, [queue_name]) is None  # late by the skew, never early
+        store.make_due(queue_name)  # then nothing is lost: bring it due and drain
+    drain_s = procs.drain(connection, [queue_name], store)
+    report = finish(f"D1-pusher-skew{skew:+d}s", backend.id, seed, history_dir, queue_name, store=store,
+                    drain_s=drain_s, extra={"skew_s": skew, "measured_shift_s": round(shift, 2),
+                                            "ran_at_once": runs_at_once})
+    assert report["lost"] == 0 and report["executed_unique"] == 1 and report["store_remaining"] == 0
+
+
+def test_worker_skew_against_sql_reservations(
+    backend: Backend, connection: Queue, queue_name: str, history_dir: Path, seed: int, run_id: str
+) -> None:
+    """D2: holder A unskewed, worker B at +δ, VT 4 s (renewal every 2 s), jobs of 5 s.
+
+    δ = 1 s stays under VT/2 headroom: no reclaim. δ = 30 s makes A's renewed reservation look
+    expired to B: B reclaims while A still runs, the job runs twice, A's ack is refused as stale,
+    and nothing is lost.
+    """
+    if backend.database is None:
+        pytest.skip(f"{backend.id}: reservations do not use the worker's clock")
+    store = stores.SqlStore(backend.database)
+    cases = {1: (queue_name, new_tag(run_id, 1)), 30: (queue_name + "s30", new_tag(run_id, 30))}
+    holders = []
+    for name, tag in cases.values():
+        push(connection, Tagged(tag, ms=5000), name)
+        holders.append(procs.spawn(backend, [name], history_dir, "--once", "--sleep=5", visibility_timeout=4))
+    started = {tag for _, tag in cases.values()}
+    wait_until(lambda: started <= {e["tag"] for e in history.read(history_dir) if e["e"] == "exec.start"}, 30)
+    skewed = [procs.spawn(backend, [name], history_dir, "--once", "--sleep=6", visibility_timeout=4,
+                          faketime=f"+{delta}s") for delta, (name, _) in cases.items()]
+    assert [p.wait(timeout=60) for p in holders + skewed] == [0, 0, 0, 0]
+    for name, _ in cases.values():
+        procs.drain(connection, [name], store)
+
+    events = history.read(history_dir)
+    figures = {
+        f"{delta}s": {
+            "executions": sum(1 for e in events if e["e"] == "exec.start" and e["tag"] == tag),
+            "stale_rejected": sum(1 for e in events if e["e"].endswith(".stale") and e["tag"] == tag),
+            "remaining": store.remaining(name),
+        }
+        for delta, (name, tag) in cases.items()
+    }
+    report = finish("D2-worker-skew", backend.id, seed, history_dir, queue_name, store=store,
+                    extra={"per_skew": figures})
+    assert figures["1s"] == {"executions": 1, "stale_rejected": 0, "remaining": 0}
+    assert figures["30s"] == {"executions": 2, "stale_rejected": 1, "remaining": 0}
+    assert report["lost"] == 0 and report["stale_accepted"] == 0 and report["unexpected"] == 0
