@@ -166,13 +166,21 @@ def write(report: Mapping[str, Any], directory: Path | None = None) -> Path:
     return path
 
 
+#: Scenario-specific figures shown in the table's last column when a report has them.
+NOTES = ("kills", "rounds", "double_deliveries", "pops_per_s", "runs", "steps", "faults", "terminations",
+         "hung_workers", "malformed_injected", "rebuild_failures_injected", "canary_present", "crash_point",
+         "measured_shift_s", "per_skew", "matrix", "cases")
+
+
 def table(directory: Path = REPORTS) -> str:
     """Every report in ``directory`` as one Markdown table."""
     reports = [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
     head = ("scenario", "backend", *TABLE)
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = ["| " + " | ".join((*head, "notes")) + " |", "|" + "---|" * (len(head) + 1)]
     for r in reports:
-        lines.append("| " + " | ".join("" if r.get(k) is None else str(r.get(k)) for k in head) + " |")
+        notes = "; ".join(f"{k}={json.dumps(r[k], separators=(',', ':'))}" for k in NOTES if k in r)
+        cells = ["" if r.get(k) is None else str(r.get(k)) for k in head]
+        lines.append("| " + " | ".join([*cells, notes.replace("|", "/")]) + " |")
     return "\n".join(lines)
 
 

@@ -394,12 +394,22 @@ class RabbitMqStore:
         ]
 
     def _publish(self, queue: str, body: bytes, **properties: Any) -> None:
-        import amqp
-        from kombu import Connection
+        from urllib.parse import unquote, urlsplit
 
-        with Connection(self.url) as connection:
+        import amqp
+
+        url = urlsplit(self.url)
+        vhost = unquote(url.path[1:]) if len(url.path) > 1 else "/"
+        connection = amqp.Connection(
+            host=f"{url.hostname}:{url.port or 5672}", userid=unquote(url.username or "guest"),
+            password=unquote(url.password or "guest"), virtual_host=vhost,
+        )
+        connection.connect()
+        try:
             message = amqp.Message(body, delivery_mode=2, **properties)
-            connection.default_channel.basic_publish(message, exchange="", routing_key=queue)
+            connection.channel().basic_publish(message, exchange="", routing_key=queue)
+        finally:
+            connection.close()
 
     def inject_raw(self, queue: str, name: str, canary: str) -> None:
         headers: dict[str, Any] = {"maxAttempts": 1, "metadata": "{}"}
