@@ -38,6 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import log as _log
+from bench.common import positive_int as _positive_int
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "bench"
 #: Push blocks: the two sides alternate every PUSH_BLOCK jobs.
@@ -48,10 +51,6 @@ TARGET_BACKEND = "sql-postgres"
 ALL_BACKENDS = ["sql-postgres", "sql-mariadb", "sql-sqlite"]
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def _backends(value: str) -> list[str]:
     from bench.settings import BACKENDS
 
@@ -60,12 +59,6 @@ def _backends(value: str) -> list[str]:
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}")
     return names
-
-
-def _positive_int(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return int(value)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

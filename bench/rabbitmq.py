@@ -37,22 +37,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.common import log as _log
+from bench.common import positive_int as _positive_int
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONNECTION = "rabbitmq"
 #: Push blocks: the two sides alternate every PUSH_BLOCK jobs.
 PUSH_BLOCK = 250
 #: The issue's targets: project rate / bare rate, measured in the same run.
 TARGETS = {"push": 0.70, "drain": 0.70}
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _positive_int(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return int(value)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

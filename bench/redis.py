@@ -38,6 +38,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.common import log as _log
+from bench.common import positive_int as _positive_int
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "bench"
 CONNECTION = "redis"
@@ -56,16 +59,6 @@ redis.call('ZADD', KEYS[2], tonumber(time[1]) + tonumber(time[2]) / 1000000 + to
 redis.call('RPOP', KEYS[1])
 return envelope
 """
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _positive_int(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return int(value)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
