@@ -7,8 +7,8 @@ runtime) then starts a worker with the new code.
 
 The marker must be visible to workers on every host. By default it is a row in the database
 (model RestartMarker). A backend that has a shared store of its own can keep it there instead by
-defining ``restart_marker() -> RestartMarker`` on its Queue class (a Redis backend would use a key
-next to its queues); ``marker_for()`` prefers that hook.
+defining ``restart_marker() -> RestartMarker`` on its Queue class (the Redis backend keeps a key
+next to its queues: backends/redis/restart.py); ``marker_for()`` prefers that hook.
 """
 
 from __future__ import annotations

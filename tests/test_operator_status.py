@@ -44,11 +44,21 @@ def long_lease(backend: Backend) -> Iterator[Queue]:
                 queue.dispose()
 
 
+def _cell(value: int | None, approximate: bool) -> str:
+    """How the table prints a figure: '-' for unknown, '~' before an estimate."""
+    return "-" if value is None else f"~{value}" if approximate else str(value)
+
+
 @pytest.mark.trait("stores_jobs")
 def test_queue_status_figures_match_the_store(
     connection: Queue, backend: Backend, long_lease: Queue, queue_name: str
 ) -> None:
-    """Ready, delayed, reserved (a live lease) and failed, as the store holds them; waiting is size()."""
+    """Ready, delayed, reserved (a live lease) and failed, as the store holds them; waiting is size().
+
+    SQS's and RabbitMQ's figures are flagged approximate, but here nothing moves while they are read
+    (moto's counts are exact; RabbitMQ's ladder counts are exact once a message sits in its tier).
+    RabbitMQ cannot tell reserved: AMQP reports a queue's ready messages only, not unacked deliveries.
+    """
     queue = long_lease
     queue.push(jobs.Noop(), queue=queue_name)
     queue.push(jobs.Noop(), queue=queue_name)
@@ -60,29 +70,34 @@ def test_queue_status_figures_match_the_store(
                                  job_class="tests.jobs.Noop", args="{}", attempts=1,
                                  exception_class="builtins.RuntimeError")
     stats = queue.stats(queue_name)
-    if None in (stats.ready, stats.delayed, stats.reserved):
-        pytest.skip(f"{backend.id}: Queue.stats() does not split size() (the base class default)")
+    assert stats.ready is not None and stats.delayed is not None, "Queue.stats() does not split size()"
+    reserved = None if backend.id == "rabbitmq" else 1
+    approximate = backend.id in ("sqs", "rabbitmq")
+    assert stats.approximate is approximate
 
     figures = json.loads(run("queue_status", f"--connection={backend.connection}", f"--queue={queue_name}",
                              "--json"))
     [shown] = figures["connections"]
     assert shown["connection"] == backend.connection and shown["error"] is None
     [row] = shown["queues"]
-    assert (row["queue"], row["ready"], row["delayed"], row["reserved"], row["failed"]) == (queue_name, 1, 1, 1, 2)
+    assert (row["queue"], row["ready"], row["delayed"], row["reserved"], row["failed"]) == (
+        queue_name, 1, 1, reserved, 2)
     assert row["waiting"] == queue.size(queue_name) == 2
+    assert row["approximate"] is approximate
 
     table = run("queue_status", f"--connection={backend.connection}", f"--queue={queue_name}").splitlines()
     assert table[0].split() == ["CONNECTION", "BACKEND", "QUEUE", "READY", "DELAYED", "RESERVED", "WAITING", "FAILED"]
-    assert table[1].split()[2:] == [queue_name, "1", "1", "1", "2", "2"]
+    cells = [_cell(n, approximate) for n in (1, 1, reserved, 2)]
+    assert table[1].split()[2:] == [queue_name, *cells, "2"]
 
     queue.ack(held)
     after = queue.stats(queue_name)
-    assert (after.ready, after.delayed, after.reserved) == (1, 1, 0)
+    assert (after.ready, after.delayed, after.reserved) == (1, 1, None if reserved is None else 0)
     if hasattr(queue, "clear"):
         queue.clear(queue_name)
 
 
-@pytest.mark.parametrize("backend_id", ["sql-sqlite", "sql-postgres"])
+@pytest.mark.parametrize("backend_id", ["sql-sqlite", "sql-postgres", "redis"])
 def test_an_expired_reservation_counts_as_ready(backend_id: str, queue_name: str) -> None:
     """SqueHub: an expired lease is counted as ready because the next claim may recover it."""
     from tests.backends import BACKENDS

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnec
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
 
 from kinetis_queue.conf import ConnectionSettings
-from kinetis_queue.contracts import DisposableQueue, QueuedJob, RenewableQueue
+from kinetis_queue.contracts import DisposableQueue, QueuedJob, QueueStats, RenewableQueue
 from kinetis_queue.envelope import Envelope, decode_fields, decode_metadata, dumps, expect, loads, settle_if_malformed
 from kinetis_queue.exceptions import (
     ConnectionFailedError,
@@ -304,6 +304,26 @@ class SqsQueue(RenewableQueue, DisposableQueue):
         )
         attributes: dict[str, str] = response["Attributes"]
         return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesDelayed"])
+
+    def _stats(self, queue: str) -> QueueStats:
+        """SQS's three approximate counts from one GetQueueAttributes call; no message is received.
+
+        Reserved is ApproximateNumberOfMessagesNotVisible: every in-flight message, so a delayed
+        release() (a visibility timeout, not a delay) counts there and not as delayed, as in size().
+        """
+        response = self.client.get_queue_attributes(
+            QueueUrl=self._url(queue),
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesDelayed",
+                "ApproximateNumberOfMessagesNotVisible",
+            ],
+        )
+        attributes: dict[str, str] = response["Attributes"]
+        ready = int(attributes["ApproximateNumberOfMessages"])
+        delayed = int(attributes["ApproximateNumberOfMessagesDelayed"])
+        reserved = int(attributes["ApproximateNumberOfMessagesNotVisible"])
+        return QueueStats(waiting=ready + delayed, ready=ready, delayed=delayed, reserved=reserved, approximate=True)
 
     # -- queue names ------------------------------------------------------------------------------
 

@@ -452,7 +452,7 @@ def _lua_files() -> list[Path]:
 def test_every_script_has_the_header_and_touches_only_keys_it_is_given() -> None:
     """DESIGN notes: every key passes through KEYS[]; the KEYS command is never called (Dramatiq #491, #682)."""
     names = [path.stem for path in _lua_files()]
-    assert names == ["clear", "reclaim", "release", "renew", "size", "sweep"]
+    assert names == ["clear", "reclaim", "release", "renew", "size", "stats", "sweep"]
     for path in _lua_files():
         text = path.read_text()
         assert text.startswith(f"-- {path.stem}: "), path.name

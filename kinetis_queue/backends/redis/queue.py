@@ -10,10 +10,19 @@ from typing import Any, NamedTuple, Self
 
 from kinetis_queue.backends.redis import scripts
 from kinetis_queue.backends.redis.client import RedisClient, cache_connection, connection_factory
+from kinetis_queue.backends.redis.restart import RedisRestartMarker
 from kinetis_queue.conf import ConnectionSettings
-from kinetis_queue.contracts import ClearableQueue, DisposableQueue, JobSettlement, QueuedJob, RenewableQueue
+from kinetis_queue.contracts import (
+    ClearableQueue,
+    DisposableQueue,
+    JobSettlement,
+    QueuedJob,
+    QueueStats,
+    RenewableQueue,
+)
 from kinetis_queue.envelope import Envelope, decode_envelope, settle_if_malformed
 from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedQueuedJobDataError, StaleJobHandleError
+from kinetis_queue.validation import QUEUE_NAME
 
 logger = logging.getLogger("kinetis_queue.redis")
 
@@ -21,6 +30,10 @@ logger = logging.getLogger("kinetis_queue.redis")
 DELAYED_PROMOTION_BATCH_SIZE = 100
 #: Most expired leases one sweep reclaims; the rest waits for the next sweep.
 LEASE_RECLAIM_BATCH_SIZE = 100
+#: The last part of each of a queue's keys (QueueKeys), which queue_names() looks for.
+KEY_KINDS = frozenset((b"pending", b"delayed", b"leased"))
+#: Keys one SCAN call examines (a hint to the server) while queue_names() lists the queues.
+SCAN_COUNT = 1000
 
 
 def _next_attempt(envelope: Envelope) -> str:
@@ -211,8 +224,51 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         keys = self.keys(queue)
         return int(self._client.script(scripts.CLEAR, (keys.pending, keys.delayed), ()))
 
+    # -- the operator's side ----------------------------------------------------------------------
+
+    def _stats(self, queue: str) -> QueueStats:
+        # stats.lua reads the three keys at one instant: a due delayed job and an expired lease are
+        # ready (the next sweep promotes or reclaims them), so ready + delayed == size().
+        counts = self._client.script(scripts.STATS, self.keys(queue), (time.time(),))
+        ready, delayed, reserved = (int(n) for n in counts)
+        return QueueStats(waiting=ready + delayed, ready=ready, delayed=delayed, reserved=reserved)
+
+    def queue_names(self) -> list[str]:
+        """Queues with a key under this connection's prefix, found with SCAN (never KEYS, which blocks).
+
+        Redis deletes an emptied key, so a listed queue holds a pending, delayed or leased job. SCAN
+        walks the whole database in steps of about SCAN_COUNT keys, one round trip each.
+        """
+        base = f"{self.prefix}kinetis_queue:".encode()
+        pattern = _glob_escape(base) + b"*"
+        names: set[str] = set()
+        cursor: bytes | int = 0
+        while True:
+            cursor, found = self._client.execute("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
+            for key in found:
+                queue, _, kind = key[len(base):].rpartition(b":")
+                name = queue.decode("ascii", "replace")
+                if kind in KEY_KINDS and QUEUE_NAME.fullmatch(name):
+                    names.add(name)
+            if int(cursor) == 0:
+                return sorted(names)
+
+    def restart_marker(self) -> RedisRestartMarker:
+        """This connection's restart generation (kinetis_queue.restart), on this server next to its queues.
+
+        The key is ``{PREFIX}kinetis_queue:restart:{connection}:generation``: a queue's keys have
+        three parts, so no queue name can produce it.
+        """
+        key = f"{self.prefix}kinetis_queue:restart:{self.connection or ''}:generation"
+        return RedisRestartMarker(self._client, key)
+
     @staticmethod
     def _handle(job: QueuedJob) -> RedisHandle:
         if not isinstance(job.handle, RedisHandle):
             raise InvalidQueueArgumentError("this QueuedJob was not delivered by a Redis queue")
         return job.handle
+
+
+def _glob_escape(text: bytes) -> bytes:
+    """``text`` as a literal in a SCAN MATCH pattern: a PREFIX may hold glob characters."""
+    return bytes(b for c in text for b in ((0x5C, c) if c in b"*?[]\\" else (c,)))
