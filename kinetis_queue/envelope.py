@@ -109,22 +109,30 @@ def loads(text: str | bytes) -> Any:
 
 
 def check_value_tree(value: Any, what: str) -> None:
-    """Reject strings that are not valid UTF-8 and nesting deeper than MAX_DEPTH (+1 for the top map)."""
+    """Reject strings that are not valid UTF-8 and nesting deeper than MAX_DEPTH (+1 for the top map).
+
+    ``value`` is a dict or a list. On every pop's path: scalars are checked in place and only
+    containers go on the stack.
+    """
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
-        kind = type(item)
-        if kind is str:
-            if not is_utf8(item):
-                _malformed(f"{what} holds a string that is not valid UTF-8")
-        elif kind is dict or kind is list:
-            if depth > MAX_DEPTH:
-                _malformed(f"{what} is nested deeper than {MAX_DEPTH} levels")
-            children = item.values() if kind is dict else item
-            if kind is dict and not all(k.isascii() for k in item):
-                for k in item:
-                    stack.append((k, depth))
-            stack.extend((child, depth + 1) for child in children)
+        if depth > MAX_DEPTH:
+            _malformed(f"{what} is nested deeper than {MAX_DEPTH} levels")
+        if type(item) is dict:
+            for key in item:
+                if not key.isascii() and not is_utf8(key):
+                    _malformed(f"{what} holds a string that is not valid UTF-8")
+            children = item.values()
+        else:
+            children = item
+        for child in children:
+            kind = type(child)
+            if kind is str:
+                if not child.isascii() and not is_utf8(child):
+                    _malformed(f"{what} holds a string that is not valid UTF-8")
+            elif kind is dict or kind is list:
+                stack.append((child, depth + 1))
 
 
 def expect(value: Any, check: Callable[[Any], bool], what: str) -> Any:
@@ -145,32 +153,33 @@ def decode_metadata(metadata: Any) -> dict[str, Any]:
     return metadata  # type: ignore[no-any-return]
 
 
-def decode_counter(value: Any, what: str, *, nullable: bool = False) -> Any:
-    if value is None and nullable:
-        return None
-    return expect(value, lambda v: type(v) is int and 0 <= v <= MAX_COUNTER, f"{what} is out of range")
-
-
 def decode_fields(
     job_id: Any, pushed_at: Any, job_class: Any, args: Any, attempts: Any, max_attempts: Any, metadata: Any
 ) -> Envelope:
-    """Check each stored part of a job and build its Envelope."""
-    expect(job_id, lambda v: type(v) is str and JOB_ID.fullmatch(v) is not None, "id is not 32 hex digits")
-    expect(
-        pushed_at,
-        lambda v: type(v) in (int, float) and math.isfinite(v) and 0 <= v < 253402300800,
-        "pushedAt is out of range",
-    )
-    expect(job_class, lambda v: type(v) is str and 0 < len(v) <= MAX_CLASS_PATH, "class is missing or too long")
-    return Envelope(
-        job_id,
-        float(pushed_at),
-        job_class,
-        decode_args(args),
-        decode_counter(attempts, "attempts"),
-        decode_counter(max_attempts, "maxAttempts", nullable=True),
-        decode_metadata(metadata),
-    )
+    """Check each stored part of a job and build its Envelope.
+
+    On every pop's path, so the checks are written out rather than composed from expect().
+    """
+    if type(job_id) is not str or JOB_ID.fullmatch(job_id) is None:
+        _malformed("id is not 32 hex digits")
+    kind = type(pushed_at)
+    if (kind is not int and kind is not float) or not (0 <= pushed_at < 253402300800):  # NaN fails the range
+        _malformed("pushedAt is out of range")
+    if type(job_class) is not str or not 0 < len(job_class) <= MAX_CLASS_PATH:
+        _malformed("class is missing or too long")
+    if type(args) is not dict:
+        _malformed("args is not an object")
+    if args:
+        check_value_tree(args, "args")
+    if type(attempts) is not int or not 0 <= attempts <= MAX_COUNTER:
+        _malformed("attempts is out of range")
+    if max_attempts is not None and (type(max_attempts) is not int or not 0 <= max_attempts <= MAX_COUNTER):
+        _malformed("maxAttempts is out of range")
+    if type(metadata) is not dict:
+        _malformed("metadata is not an object")
+    if metadata:
+        check_value_tree(metadata, "metadata")
+    return Envelope(job_id, float(pushed_at), job_class, args, attempts, max_attempts, metadata)
 
 
 _KEYS = frozenset(("id", "pushedAt", "class", "args", "attempts", "maxAttempts", "metadata"))

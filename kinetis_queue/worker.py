@@ -11,6 +11,7 @@ restart marker, and ``job_timeout`` bounds each attempt; ``run()`` returns why i
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import signal
@@ -24,7 +25,6 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Final
 
 from django.db import connections
-from django.utils import timezone, translation
 
 from kinetis_queue import crashpoints, signals
 from kinetis_queue.contracts import JobSettlement, Queue, QueuedJob, RenewableQueue
@@ -55,6 +55,10 @@ MAX_RETRY_EXPONENT: Final = 10
 #: While busy, the restart marker is read at most this often (seconds); an idle worker reads it
 #: after every empty poll. (The memory limit is read after every delivery: a /proc read, no I/O.)
 CONTROL_CHECK_INTERVAL: Final = 1.0
+#: A job starting within this many seconds of the previous job's connection hygiene skips its
+#: own opening pass: in between, only time can make a connection obsolete (CONN_MAX_AGE), and
+#: Django's own request cycle is as loose. After an idle poll the pass runs again.
+HYGIENE_FRESH_FOR: Final = 1.0
 #: SIGALRM interrupts a running handle() for job_timeout (POSIX, main thread only).
 _CAN_INTERRUPT: Final = hasattr(signal, "setitimer") and hasattr(signal, "SIGALRM")
 
@@ -169,7 +173,7 @@ class Worker:
         self._in_job = False
         self._alarm_armed = False
         self._deadline_passed = False
-        self._language = translation.get_language()
+        self._hygiene_due = 0.0
         self.processed = 0
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -314,32 +318,38 @@ class Worker:
 
     def _process(self, job: QueuedJob) -> None:
         started = time.perf_counter()
-        _reset_connections()
-        job_log = logging.LoggerAdapter(logger, _describe(job))
+        if time.monotonic() >= self._hygiene_due:
+            _reset_connections()
+        log_context = _describe(job)
+        job_log = logging.LoggerAdapter(logger, log_context)
         if self._heartbeat is not None:
             self._heartbeat.start(job)
         error: Exception | None = None
         try:
             instance = deserialize_job(job.job_class, job.args)
             context = JobContext(job.id, job.queue, job.attempts, job.max_attempts, self.connection, job_log)
+            # Per-job hygiene: handle() runs in a copy of the worker's context, so whatever it
+            # activates through context variables (Django's translation and time zone, any
+            # asgiref Local) ends with it and never reaches the next job.
+            run = contextvars.copy_context().run
             if self.job_timeout is None:
-                call_handle(instance, context)
+                run(call_handle, instance, context)
             else:
-                self._call_with_timeout(instance, context, self.job_timeout)
+                run(self._call_with_timeout, instance, context, self.job_timeout)
         except Exception as exc:
             error = exc
         finally:
             report = self._heartbeat.stop() if self._heartbeat is not None else None
-            self._restore_process_state()
-        crashpoints.reach("after_handle")
-        try:
-            if error is None:
-                outcome = self._settle(job, JobSettlement.ACK, None, report)
-                delay = None
-            else:
-                outcome, delay = self._settle_failure(job, error, report)
-        finally:
+            # Before settling: a transaction the job left open is rolled back here, so the
+            # settlement's own writes (the FailedJob record above all) are never inside it.
             _reset_connections()
+            self._hygiene_due = time.monotonic() + HYGIENE_FRESH_FOR
+        crashpoints.reach("after_handle")
+        if error is None:
+            outcome = self._settle(job, JobSettlement.ACK, None, report, log_context=log_context)
+            delay = None
+        else:
+            outcome, delay = self._settle_failure(job, error, report)
         if self.reporter is not None:
             self._report(job, outcome, time.perf_counter() - started, error, delay)
 
@@ -427,6 +437,7 @@ class Worker:
         *,
         delay: float = 0,
         failed_job_id: Any = None,
+        log_context: dict[str, Any] | None = None,
     ) -> JobOutcome:
         try:
             try:
@@ -445,7 +456,7 @@ class Worker:
                 return JobOutcome.LOST
             if operation is JobSettlement.ACK:
                 _contained(logger.info, 'Job "%s" succeeded (attempt %d)', job.job_class, job.attempts,
-                           extra=_describe(job))
+                           extra=log_context or _describe(job))
                 self._send(signals.job_succeeded, job)
                 return JobOutcome.SUCCEEDED
             if operation is JobSettlement.RELEASE:
@@ -477,15 +488,6 @@ class Worker:
             if isinstance(response, BaseException):
                 _contained(logger.error, "Signal receiver %r raised %s (contained)", receiver,
                            type(response).__name__, extra=_describe(job))
-
-    def _restore_process_state(self) -> None:
-        """Per-job hygiene: nothing a job changed in the process's state reaches the next job."""
-        if translation.get_language() != self._language:
-            if self._language is None:
-                translation.deactivate_all()
-            else:
-                translation.activate(self._language)
-        timezone.deactivate()
 
 
 def _redacted_args(job: QueuedJob) -> dict[str, Any]:

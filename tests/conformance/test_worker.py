@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.db import connections as db_connections
 from django.db import transaction
-from django.utils import translation
+from django.utils import timezone, translation
 
 from kinetis_queue import JobContext, signals
 from kinetis_queue.contracts import JobSettlement, Queue, RenewableQueue
@@ -296,21 +296,45 @@ def test_a_job_leaves_no_transaction_or_translation_behind(
     connection: Queue, queue_name: str, outcomes: list
 ) -> None:
     """Per-job hygiene: nothing from one job leaks into the next."""
-    states: list[tuple[bool, str | None]] = []
+    states: list[tuple[bool, str | None, str]] = []
 
     def leaky(context: JobContext) -> None:
-        states.append((db_connections["default"].in_atomic_block, translation.get_language()))
+        states.append((
+            db_connections["default"].in_atomic_block, translation.get_language(), timezone.get_current_timezone_name()
+        ))
         transaction.atomic(using="default").__enter__()
         translation.activate("fr")
+        timezone.activate("Asia/Tokyo")
 
     jobs.CALLBACK[:] = [leaky]
     connection.push(jobs.CallsBack(), queue=queue_name)
     connection.push(jobs.CallsBack(), queue=queue_name)
     worker = Worker(connection)
-    before = translation.get_language()
+    before = (False, translation.get_language(), timezone.get_current_timezone_name())
     worker.process_next(5, [queue_name])
     worker.process_next(5, [queue_name])
     worker.close()
-    assert states == [(False, before), (False, before)]
+    assert states == [before, before]
+    assert (translation.get_language(), timezone.get_current_timezone_name()) == before[1:]
     assert db_connections["default"].in_atomic_block is False
     assert names(outcomes) == ["job_succeeded", "job_succeeded"]
+
+
+def test_a_final_failure_inside_a_transaction_the_job_left_open_is_still_recorded(
+    connection: Queue, queue_name: str, outcomes: list
+) -> None:
+    """The job's open transaction is rolled back before settling, not after: the record survives it."""
+
+    def fails_inside_a_transaction(context: JobContext) -> None:
+        transaction.atomic(using="default").__enter__()
+        raise RuntimeError("failed with a transaction open")
+
+    jobs.CALLBACK[:] = [fails_inside_a_transaction]
+    job_id = connection.push(jobs.CallsBack(), queue=queue_name, max_attempts=1)
+    worker = Worker(connection)
+    assert worker.process_next(5, [queue_name])
+    worker.close()
+    assert db_connections["default"].in_atomic_block is False
+    assert names(outcomes) == ["job_failed_permanently"]
+    assert FailedJob.objects.filter(job_id=job_id).count() == 1
+    assert connection.size(queue_name) == 0

@@ -15,6 +15,7 @@ import amqp
 from amqp.exceptions import ConnectionError as AmqpConnectionError
 from amqp.exceptions import MessageNacked
 
+from kinetis_queue import crashpoints
 from kinetis_queue.backends.rabbitmq import ladder
 from kinetis_queue.backends.rabbitmq.session import DEFAULT_HEARTBEAT, DEFAULT_URL, Session, parse_url
 from kinetis_queue.conf import ConnectionSettings
@@ -190,21 +191,29 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             self._publish(session, queue, seconds, body, headers, envelope.id)
 
     def _sweep(self, queues: tuple[str, ...]) -> QueuedJob | None:
-        with self._using() as session:
-            get = session.deliveries.basic_get
-            for name in queues:
-                if name not in session.declared:
-                    self._declare(session, name)
-                message = get(name, no_ack=False)
-                if message is not None:
-                    tag = message.delivery_info["delivery_tag"]
-                    session.unsettled.add(tag)
-                    # Contract, "Malformed stored messages": RabbitMQ removes one with a reject
-                    # without requeue.
-                    return settle_if_malformed(
-                        partial(self._decode, session, name, tag, message), partial(self._reject, session, tag)
-                    )
-        return None
+        # _using() written out: this is every pop's path.
+        with self._lock:
+            session = self._open()
+            try:
+                get = session.deliveries.basic_get
+                for name in queues:
+                    if name not in session.declared:
+                        self._declare(session, name)
+                    message = get(name, no_ack=False)
+                    if message is not None:
+                        tag = message.delivery_info["delivery_tag"]
+                        session.unsettled.add(tag)
+                        # Contract, "Malformed stored messages": RabbitMQ removes one with a reject
+                        # without requeue.
+                        return settle_if_malformed(
+                            partial(self._decode, session, name, tag, message), partial(self._reject, session, tag)
+                        )
+                return None
+            except KinetisQueueError:
+                raise
+            except BaseException:
+                self._discard(session)
+                raise
 
     def ack(self, job: QueuedJob) -> None:
         with self._lock:
@@ -228,6 +237,7 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             # to requeue; a stop between the two delivers the job twice.
             with self._using() as session:
                 self._publish(session, handle.queue, seconds, handle.body, headers, handle.job_id)
+            crashpoints.reach("rmq_after_release_confirm")  # test-only; off unless KQ_CRASHPOINT names it
             self._settle(
                 handle, JobSettlement.RELEASE, lambda session: session.deliveries.basic_reject(handle.tag, False),
                 published=True,
