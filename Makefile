@@ -7,7 +7,8 @@
 #   make soak      the long fault tier (tests/faults -m soak; KQ_SOAK_SECONDS per scenario and backend)
 #
 # Variables: VENV, VENV52, PYTHON (an interpreter >= 3.12 to build the venvs with),
-#            PYTEST_ARGS, BENCH_ARGS.
+#            PYTEST_WORKERS (pytest-xdist processes; most tests wait on servers and timeouts,
+#            so more processes than cores pays), PYTEST_ARGS, BENCH_ARGS.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -17,6 +18,7 @@ VENV ?= .venv
 VENV52 ?= .venv-dj52
 PY := $(VENV)/bin/python
 PY52 := $(VENV52)/bin/python
+PYTEST_WORKERS ?= 4
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
@@ -91,10 +93,10 @@ checks: venv
 # ---- tests ---------------------------------------------------------------------------------------
 
 test: venv venv52 services lint typecheck checks
-	"$(PY)" -m pytest $(PYTEST_ARGS)
+	"$(PY)" -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 	PY="$(PY)" bash scripts/django-task-tests.sh
 	@echo "== core + SQL suite on Django $$("$(PY52)" -c 'import django; print(django.get_version())')"
-	"$(PY52)" -m pytest -m core $(PYTEST_ARGS)
+	"$(PY52)" -m pytest -n $(PYTEST_WORKERS) -m core $(PYTEST_ARGS)
 
 # The long fault tier (tests/faults, -m soak): KQ_SOAK_SECONDS per scenario and backend (default 1800).
 # One JSON report per scenario and backend in reports/reliability/soak/, then their table in SUMMARY.md.

@@ -41,7 +41,7 @@ DEFAULTS: dict[str, Any] = {
 #: Backend-specific keys each built-in backend accepts (a custom backend may carry any key).
 BACKEND_KEYS: dict[str, frozenset[str]] = {
     "sync": frozenset(),
-    "sql": frozenset({"DATABASE", "PREPARED_STATEMENTS"}),
+    "sql": frozenset({"DATABASE", "PREPARED_STATEMENTS", "OPERATION_TIMEOUT"}),
     "redis": frozenset({"URL", "CACHE", "PREFIX", "SOCKET_TIMEOUT", "CLUSTER"}),
     # No credential keys: boto3's own chain supplies them, so secrets never sit in settings.
     "sqs": frozenset({"REGION", "ENDPOINT_URL", "QUEUE_PREFIX"}),
@@ -174,6 +174,9 @@ def _connection(name: Any, entry: Any, defaults: dict[str, Any]) -> ConnectionSe
             raise _fail((*path, "DATABASE"), "must name an alias in DATABASES")
         if type(entry.get("PREPARED_STATEMENTS", True)) is not bool:
             raise _fail((*path, "PREPARED_STATEMENTS"), "must be True or False")
+        if "OPERATION_TIMEOUT" in entry:
+            _number(entry["OPERATION_TIMEOUT"], (*path, "OPERATION_TIMEOUT"), integer=False, low=0, high=None,
+                    low_open=True)
     if backend == "redis":
         _check_redis(entry, path)
     if backend == "rabbitmq":

@@ -11,6 +11,7 @@ import enum
 import inspect
 import math
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -21,10 +22,15 @@ from kinetis_queue.exceptions import JobReconstructionError, UnserializableJobEr
 from kinetis_queue.job import MAX_CLASS_PATH, Job, Sensitive, job_class_path, resolve_job_class
 from kinetis_queue.validation import is_utf8
 
-__all__ = ["MAX_DEPTH", "REDACTED", "deserialize_job", "redacted_args", "serialize_job"]
+__all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "REDACTED", "deserialize_job", "redacted_args", "serialize_job"]
 
 #: Deepest container nesting a value may have; a top-level list holding scalars is level 1.
 MAX_DEPTH: Final = 32
+
+#: Most decimal digits an int may have: Python's default limit on int/str conversion, which a worker's
+#: JSON decoder applies, so a longer int could never be read back (nor, by default, written).
+MAX_INT_DIGITS: Final = sys.int_info.default_max_str_digits
+_INT_BOUND: Final = 10**MAX_INT_DIGITS
 
 #: What a Sensitive argument (or any argument that cannot be classified) is logged as.
 REDACTED: Final = "[redacted]"
@@ -263,7 +269,11 @@ def _serialize_arg(path: str, param: _Param, value: Any) -> Any:
             + (" (or None)" if param.admits_none else "")
             + f", so a {_type_name(value)} would not come back as pushed",
         )
-    if value is None or kind is bool or kind is int:
+    if value is None or kind is bool:
+        return value
+    if kind is int:
+        if not -_INT_BOUND < value < _INT_BOUND:
+            raise _rejected(path, param, f"int has more than {MAX_INT_DIGITS} digits")
         return value
     if kind is str:
         if not is_utf8(value):
@@ -346,7 +356,10 @@ def _check_item(item: Any, depth: int) -> None:
     if kind is str:
         if not is_utf8(item):
             raise _Invalid("string is not valid UTF-8")
-    elif item is None or kind is int or kind is bool:
+    elif kind is int:
+        if not -_INT_BOUND < item < _INT_BOUND:
+            raise _Invalid(f"int has more than {MAX_INT_DIGITS} digits")
+    elif item is None or kind is bool:
         pass
     elif kind is float:
         if not math.isfinite(item):

@@ -13,7 +13,8 @@ from pathlib import Path
 SUBPROCESS = os.environ.get("KINETIS_TESTS_SUBPROCESS") == "1"
 #: Test databases are named per run, so two runs on one machine never drop each other's; worker
 #: subprocesses inherit the variable and so find the same databases.
-RUN_ID = os.environ.setdefault("KINETIS_TESTS_RUN_ID", str(os.getpid()))
+#: Under pytest-xdist each worker process (gw0, gw1, ...) gets databases of its own.
+RUN_ID = os.environ.setdefault("KINETIS_TESTS_RUN_ID", str(os.getpid())) + os.environ.get("PYTEST_XDIST_WORKER", "")
 SQLITE_TEST_FILE = str(Path(tempfile.gettempdir()) / f"kinetis_queue_test_{RUN_ID}.sqlite3")
 PG_TEST_NAME = f"test_kinetis_queue_{RUN_ID}"
 MARIADB_TEST_NAME = f"test_kinetis_queue_{RUN_ID}"

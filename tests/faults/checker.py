@@ -169,7 +169,10 @@ def write(report: Mapping[str, Any], directory: Path | None = None) -> Path:
 #: Scenario-specific figures shown in the table's last column when a report has them.
 NOTES = ("kills", "rounds", "double_deliveries", "pops_per_s", "runs", "steps", "faults", "terminations",
          "hung_workers", "malformed_injected", "rebuild_failures_injected", "canary_present", "crash_point",
-         "measured_shift_s", "per_skew", "matrix", "cases")
+         "measured_shift_s", "per_skew", "matrix", "cases", "redelivery_s", "stale_outcome", "attempts",
+         "idle_signal_to_exit_s", "late_job_taken_by_interrupted_pop", "reclaims_while_alive", "negative_control",
+         "early_executions", "lateness_max_s", "pill_deliveries", "pill_attempts", "normal_done_before_drain",
+         "deliveries", "transitions")
 
 
 def table(directory: Path = REPORTS) -> str:

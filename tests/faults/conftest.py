@@ -106,19 +106,28 @@ def history_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
             recorder.close()
 
 
+def _close(adapter: object) -> None:
+    close = getattr(adapter, "close", None)
+    if close is not None:
+        close()
+
+
 @pytest.fixture
-def store(backend: Backend, connection: Queue) -> stores.Store:
+def store(backend: Backend, connection: Queue) -> Iterator[stores.Store]:
     """The adapter of the backend's store; skips a backend the fault tier has none for yet."""
     adapter = stores.store_for(backend, connection)
     if adapter is None:
         pytest.skip(f"{backend.id}: no store adapter in tests/faults/stores.py yet")
-    return adapter
+    yield adapter
+    _close(adapter)
 
 
 @pytest.fixture
-def maybe_store(backend: Backend, connection: Queue) -> stores.Store | None:
+def maybe_store(backend: Backend, connection: Queue) -> Iterator[stores.Store | None]:
     """The store adapter when there is one: scenarios that can run without it check the history instead."""
-    return stores.store_for(backend, connection)
+    adapter = stores.store_for(backend, connection)
+    yield adapter
+    _close(adapter)
 
 
 @pytest.fixture

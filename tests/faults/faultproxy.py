@@ -183,6 +183,11 @@ class FaultProxy:
         self._call(self._listen())
         return self.port
 
+    @property
+    def open_connections(self) -> int:
+        """Client connections open right now (what a Reset would cut)."""
+        return len(self._conns)
+
     def set(self, mode: Mode) -> None:
         """Switch modes; Reset and Blackhole also act on the connections already open."""
         history.record(f"fault.proxy.{type(mode).__name__.lower()}", None, port=self.port, mode=repr(mode))
@@ -209,8 +214,9 @@ class FaultProxy:
         previous, self.mode = self.mode, mode
         self._mode_matches = 0
         if isinstance(mode, Refuse) and self._server is not None:
+            # close() stops listening at once; wait_closed() would also wait (Python 3.12.1+) for every
+            # open connection to end, which Refuse leaves alone.
             self._server.close()
-            await self._server.wait_closed()
             self._server = None
         elif not isinstance(mode, Refuse) and isinstance(previous, Refuse):
             await self._listen()
@@ -221,8 +227,7 @@ class FaultProxy:
 
     async def _shutdown(self) -> None:
         if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+            self._server.close()  # not wait_closed(): it would wait for the connections aborted below
         for conn in list(self._conns):
             _abort(conn.client)
             _abort(conn.server)

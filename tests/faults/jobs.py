@@ -6,9 +6,11 @@ so "executed" in the checker means the job's work completed, whatever happened t
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from kinetis_queue import Job, JobContext, crashpoints
 from tests.faults import history
@@ -76,4 +78,71 @@ class CrashesInHandle(Job):
         crashpoints.reach("in_handle")
         if self.ms:
             time.sleep(self.ms / 1000)
+        _done(self.tag, context)
+
+
+@dataclass
+class Spins(Job):
+    """Works for ``ms`` milliseconds in a CPU-bound pure-Python loop (the GIL changes hands only at switches)."""
+
+    tag: str
+    ms: int
+
+    def handle(self, context: JobContext) -> None:
+        _start(self.tag, context)
+        deadline = time.monotonic() + self.ms / 1000
+        total = 0
+        while time.monotonic() < deadline:
+            for i in range(10_000):
+                total += i * i
+        _done(self.tag, context)
+
+
+@dataclass
+class ExitsEveryAttempt(Job):
+    """A poison pill: ends its worker with ``os._exit(137)`` on every attempt while the file ``armed`` exists.
+
+    The test removes ``armed`` before its drain, so the drain (run in the test's own process) completes it.
+    """
+
+    tag: str
+    armed: str
+
+    def handle(self, context: JobContext) -> None:
+        _start(self.tag, context)
+        if Path(self.armed).exists():
+            os._exit(crashpoints.EXIT_CODE)
+        _done(self.tag, context)
+
+
+@dataclass
+class FailsFirstAttempt(Job):
+    """Raises on attempt 1 and returns on any later one: a job the worker releases once."""
+
+    tag: str
+
+    def handle(self, context: JobContext) -> None:
+        _start(self.tag, context)
+        if context.attempts == 1:
+            history.record("exec.raise", self.tag, attempt=context.attempts, job_id=context.id)
+            raise RuntimeError("deliberate first-attempt failure")
+        _done(self.tag, context)
+
+
+@dataclass
+class FailsFirstRun(Job):
+    """Raises the first time any process runs it and returns after: a marker file beside the history says so.
+
+    Unlike an attempt number, the marker tells runs apart on RabbitMQ, where a redelivery keeps the count.
+    """
+
+    tag: str
+
+    def handle(self, context: JobContext) -> None:
+        _start(self.tag, context)
+        marker = Path(os.environ[history.ENV]) / f"ran-{self.tag}"
+        if not marker.exists():
+            marker.touch()
+            history.record("exec.raise", self.tag, attempt=context.attempts, job_id=context.id)
+            raise RuntimeError("deliberate first-run failure")
         _done(self.tag, context)

@@ -26,6 +26,8 @@ from tests.faults import history
 ROOT = Path(__file__).resolve().parents[2]
 #: Debian's libfaketime (package ``faketime``, installed by scripts/system-deps.sh).
 FAKETIME_LIBS = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
+#: Put first on the PYTHONPATH of a process under libfaketime: its sitecustomize.py mends time.sleep().
+FAKETIME_SITE = Path(__file__).resolve().parent / "faketime_site"
 
 
 def env(
@@ -38,6 +40,7 @@ def env(
     role: str = "worker",
     pythonpath: Sequence[str] = (),
     port: int | None = None,
+    heartbeat: int | None = None,
 ) -> dict[str, str]:
     """The environment of a worker subprocess of the current test."""
     result = {
@@ -50,7 +53,7 @@ def env(
         "PGAPPNAME": "kq-fault-worker",  # so that a service fault can pick this run's worker sessions
     }
     for key in ("KQ_CRASHPOINT", "KQ_VISIBILITY_TIMEOUT", "KQ_NO_RENEWAL", "LD_PRELOAD", "FAKETIME",
-                "KQ_FAKETIME_SKEW", "KQ_MONO_MINUS_WALL", "KQ_PORT"):
+                "FAKETIME_DONT_FAKE_MONOTONIC", "KQ_FAKETIME_SKEW", "KQ_MONO_MINUS_WALL", "KQ_PORT", "KQ_HEARTBEAT"):
         result.pop(key, None)
     if crashpoint:
         result["KQ_CRASHPOINT"] = crashpoint
@@ -60,13 +63,17 @@ def env(
         result["KQ_NO_RENEWAL"] = "1"
     if port is not None:
         result["KQ_PORT"] = str(port)
+    if heartbeat is not None:
+        result["KQ_HEARTBEAT"] = str(heartbeat)
     if faketime:
         if not FAKETIME_LIBS:
             raise RuntimeError("libfaketime is missing: run scripts/system-deps.sh (apt-get install faketime)")
-        # libfaketime fakes the monotonic clock too: with FAKETIME_DONT_FAKE_MONOTONIC, CPython's
-        # time.sleep() (clock_nanosleep on an absolute monotonic deadline) fails with EINVAL. The
-        # history puts its events back on the real monotonic clock from these two numbers.
-        result.update(LD_PRELOAD=FAKETIME_LIBS[0], FAKETIME=faketime,
+        # Only the wall clock is skewed, as on a host whose clock is off: with the monotonic clock
+        # faked too, every timed thread wait (the heartbeat's renewal timer) would wait the skew on
+        # top. faketime_site/sitecustomize.py mends the one call that mode breaks, time.sleep(). The
+        # history puts its events on the monotonic clock from the last two numbers.
+        result.update(LD_PRELOAD=FAKETIME_LIBS[0], FAKETIME=faketime, FAKETIME_DONT_FAKE_MONOTONIC="1",
+                      PYTHONPATH=os.pathsep.join([str(FAKETIME_SITE), result["PYTHONPATH"]]),
                       KQ_FAKETIME_SKEW=str(float(faketime.removesuffix("s"))),
                       KQ_MONO_MINUS_WALL=repr(time.monotonic() - time.time()))
     return result

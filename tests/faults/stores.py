@@ -223,6 +223,10 @@ class RedisStore:
         self.queue = queue
         self.client = redis.Redis.from_url(url or conf.connection_settings(backend.connection).options["URL"])
 
+    def close(self) -> None:
+        """Close the client's connections (the fixtures do, so no socket is left to the garbage collector)."""
+        self.client.close()
+
     def server(self) -> tuple[str, int] | None:
         pool = self.client.connection_pool.connection_kwargs
         return pool.get("host", "127.0.0.1"), int(pool.get("port", 6379))

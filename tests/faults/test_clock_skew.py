@@ -1,4 +1,4 @@
-"""D1/D2, clock skew of a whole process with libfaketime (RELIABILITY.md §3 D).
+"""D1/D2/D3, clock skew of a whole process with libfaketime (RELIABILITY.md §3 D).
 
 Contract, "Delayed jobs": Redis and SQL delays are written with the pushing process's clock and
 compared against the popping worker's; SQL's ``reserved_at`` is the worker's ``time()`` ("Backend
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from kinetis_queue.contracts import Queue
-from tests.backends import Backend
+from tests.backends import BACKENDS, Backend
 from tests.conftest import wait_until
 from tests.faults import history, procs, stores
 from tests.faults.harness import finish, push
@@ -105,3 +105,42 @@ def test_worker_skew_against_sql_reservations(
     assert figures["1s"] == {"executions": 1, "stale_rejected": 0, "remaining": 0}
     assert figures["30s"] == {"executions": 2, "stale_rejected": 1, "remaining": 0}
     assert report["lost"] == 0 and report["stale_accepted"] == 0 and report["unexpected"] == 0
+
+
+@pytest.mark.parametrize("connection", [b for b in BACKENDS if b.id == "redis"], indirect=True, ids=lambda b: b.id)
+def test_worker_skew_against_redis_leases(
+    backend: Backend, connection: Queue, queue_name: str, history_dir: Path, seed: int, run_id: str
+) -> None:
+    """D3: workers at +1 h and -1 h, VT 2 s (renewal every 1 s), jobs of 3 x VT: no reclaim while alive.
+
+    Contract, "Reservation and recovery": a Redis lease expires by Redis ``TIME``, so a worker's own clock
+    never makes a live lease look expired. One holder per skew runs a 6 s job while one competitor per
+    skew polls the same queue: had a lease been scored with a worker's clock, the competitor an hour ahead
+    of the -1 h holder would reclaim its job at once.
+    """
+    store = stores.store_for(backend, connection)
+    skews = {"+3600s": new_tag(run_id, 1), "-3600s": new_tag(run_id, 2)}
+    for tag in skews.values():
+        push(connection, Tagged(tag, ms=6000), queue_name)
+    holders = [procs.spawn(backend, [queue_name], history_dir, "--once", "--sleep=5", visibility_timeout=2,
+                           faketime=skew) for skew in skews]
+    started = set(skews.values())
+    wait_until(lambda: started <= {e["tag"] for e in history.read(history_dir) if e["e"] == "exec.start"}, 30)
+    competitors = [procs.spawn(backend, [queue_name], history_dir, "--sleep=0.5", visibility_timeout=2,
+                               faketime=skew) for skew in skews]
+    try:
+        assert [p.wait(timeout=60) for p in holders] == [0, 0]
+    finally:
+        exits = [procs.stop(p) for p in competitors]
+    drain_s = procs.drain(connection, [queue_name], store)
+
+    events = history.read(history_dir)
+    starts = [e for e in events if e["e"] == "exec.start" and e["tag"] in started]
+    reclaims = sum(1 for e in starts if e.get("attempt") != 1)
+    report = finish("D3-worker-skew-redis", backend.id, seed, history_dir, queue_name, store=store,
+                    drain_s=drain_s, extra={"per_skew": {skew: {"executions": sum(1 for e in starts if e["tag"] == tag)}
+                                                         for skew, tag in skews.items()},
+                                            "reclaims_while_alive": reclaims})
+    assert exits == [0, 0]
+    assert reclaims == 0 and report["executions"] == 2 and report["overlapping_live_leases"] == 0
+    assert report["stale_rejected"] == 0 and report["lost"] == 0 and report["store_remaining"] == 0

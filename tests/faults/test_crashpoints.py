@@ -20,7 +20,7 @@ from tests.backends import Backend
 from tests.faults import procs
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
-from tests.faults.jobs import CrashesInHandle, Tagged, TaggedFails
+from tests.faults.jobs import CrashesInHandle, FailsFirstRun, Tagged, TaggedFails
 
 pytestmark = [pytest.mark.fault, pytest.mark.trait("stores_jobs"), pytest.mark.timeout(90)]
 
@@ -35,6 +35,8 @@ class Cell:
     #: FailedJob records the job ends with.
     records: int = 0
     max_attempts: int | None = None
+    #: The one backend id the point exists on (None: every backend).
+    only: str | None = None
 
 
 CELLS = [
@@ -48,6 +50,9 @@ CELLS = [
     Cell("after_record", executions=2, completed=0, records=2, max_attempts=1),
     # Died right after a renewal returned: the lease runs out one window later and the job runs again.
     Cell("after_renew_sent", executions=2, completed=1),
+    # RabbitMQ's release() died between the replacement's confirm and the original's reject: the broker
+    # requeues the original (attempts unchanged) beside the replacement, and both run and settle.
+    Cell("rmq_after_release_confirm", executions=3, completed=2, max_attempts=3, only="rabbitmq"),
 ]
 
 
@@ -58,6 +63,8 @@ def _job(cell: Cell, tag: str, visibility_timeout: int) -> Job:
         return TaggedFails(tag)
     if cell.point == "after_renew_sent":
         return Tagged(tag, ms=int(visibility_timeout * 1500))  # outlives VT/2, when the first renewal runs
+    if cell.point == "rmq_after_release_confirm":
+        return FailsFirstRun(tag)  # the crashing run raises, so the worker releases it
     return Tagged(tag)
 
 
@@ -66,6 +73,8 @@ def test_a_crash_at_any_point_loses_nothing(
     backend: Backend, connection: Queue, maybe_store: object, queue_name: str, history_dir: Path, seed: int,
     run_id: str, cell: Cell,
 ) -> None:
+    if cell.only is not None and backend.id != cell.only:
+        pytest.skip(f"{cell.point} is a {cell.only} crash point")
     if cell.point == "after_renew_sent" and not isinstance(connection, RenewableQueue):
         pytest.skip(f"{backend.id} is not a RenewableQueue: there is no renewal to crash after")
     vt = connection.visibility_timeout() if isinstance(connection, RenewableQueue) else 1

@@ -10,6 +10,7 @@ Test knobs, read from the environment:
 - ``KQ_VISIBILITY_TIMEOUT``: the visibility timeout of every connection, in seconds;
 - ``KQ_NO_RENEWAL=1``: the heartbeat never renews (the negative control of a lease race);
 - ``KQ_PORT``: the port of a fault proxy in front of the connections' server;
+- ``KQ_HEARTBEAT``: the AMQP heartbeat interval of every RabbitMQ connection, in seconds;
 - ``KQ_CRASHPOINT``: read by ``kinetis_queue.crashpoints`` itself.
 """
 
@@ -68,8 +69,11 @@ def install_observers() -> Callable[[], None]:
         connected.append((getattr(signals, name), receiver))
 
     def lost(sender: Any, job: Any = None, operation: Any = None, **kwargs: Any) -> None:
+        error = kwargs.get("error")
         history.record(f"settle.{getattr(operation, 'value', operation)}.stale", _tag(job),
-                       attempt=getattr(job, "attempts", None), job_id=getattr(job, "id", None))
+                       attempt=getattr(job, "attempts", None), job_id=getattr(job, "id", None),
+                       error=type(error).__name__, error_operation=getattr(getattr(error, "operation", None),
+                                                                          "value", None))
 
     signals.job_settlement_lost.connect(lost, weak=False)
     connected.append((signals.job_settlement_lost, lost))
@@ -119,10 +123,41 @@ def _apply_knobs() -> None:
             if entry.get("BACKEND") != "sync":
                 entry["VISIBILITY_TIMEOUT"] = int(seconds)
         settings.KINETIS_QUEUE = setting
+    heartbeat = os.environ.get("KQ_HEARTBEAT")
+    if heartbeat:
+        setting = copy.deepcopy(settings.KINETIS_QUEUE)
+        for entry in setting["CONNECTIONS"].values():
+            if entry.get("BACKEND") == "rabbitmq":
+                entry["HEARTBEAT"] = int(heartbeat)
+        settings.KINETIS_QUEUE = setting
     if os.environ.get("KQ_NO_RENEWAL") == "1":
         from kinetis_queue.heartbeat import Heartbeat
 
         Heartbeat.start = lambda self, job: None  # type: ignore[method-assign]
+    level = os.environ.get("KQ_ISOLATION_LEVEL")
+    if level:
+        for entry in settings.KINETIS_QUEUE["CONNECTIONS"].values():
+            if "DATABASE" in entry:
+                settings.DATABASES[entry["DATABASE"]].setdefault("OPTIONS", {}).update(isolation_options(
+                    settings.DATABASES[entry["DATABASE"]]["ENGINE"], level))
+
+
+def isolation_options(engine: str, level: str) -> dict[str, Any]:
+    """``DATABASES[...]['OPTIONS']`` that run a connection at ``level`` ("read committed", "serializable").
+
+    Django's ``isolation_level`` reaches transactions it opens (``atomic()``) only: psycopg sends it with
+    BEGIN, so a statement in autocommit (the SQL backend's claim) runs at the session default. On
+    PostgreSQL the session default is set too (``default_transaction_isolation``), as a DBA's server or
+    role setting would, so that every statement of the connection runs at ``level``.
+    """
+    if "postgresql" in engine:
+        from django.db.backends.postgresql.psycopg_any import IsolationLevel
+
+        return {"isolation_level": IsolationLevel[level.upper().replace(" ", "_")],
+                "options": "-c default_transaction_isolation=" + level.replace(" ", "\\ ")}
+    if "sqlite" in engine:
+        return {}
+    return {"isolation_level": level}
 
 
 def main(argv: list[str]) -> int:
@@ -142,7 +177,12 @@ def main(argv: list[str]) -> int:
     try:
         call_command("queue_work", *argv)
     except BaseException as exc:
-        history.record("worker.stop", None, error=type(exc).__name__, step=where(exc.__traceback__))
+        # queue_work wraps an escaping error in CommandError: the step is where its root cause came from.
+        chain = [exc]
+        while chain[-1].__cause__ is not None:
+            chain.append(chain[-1].__cause__)
+        history.record("worker.stop", None, error=type(exc).__name__, cause=[type(e).__name__ for e in chain[1:]],
+                       step=where(chain[-1].__traceback__))
         raise
     history.record("worker.exit", None, new_modules=sorted(set(sys.modules) - before))
     return 0

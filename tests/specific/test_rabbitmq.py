@@ -308,6 +308,28 @@ def test_a_delayed_push_declares_durable_tiers_up_to_its_highest_bit(rabbit: Rab
     assert _exists(BROKER, ladder.holding_queue(queue_name, 21))
 
 
+def test_every_tier_lives_without_x_expires_behind_its_exchange(rabbit: RabbitMqQueue, queue_name: str,
+                                                               raw: Any) -> None:
+    """RELIABILITY.md §3 D5: no tier of the ladder can expire (a queue with ``x-expires`` is deleted once
+    unused, with the delayed jobs in it), and every tier's dead-letter exchange exists.
+
+    The broker refuses a redeclaration whose equivalence-checked arguments differ (406): the same
+    arguments without ``x-expires`` are accepted, and the same plus ``x-expires`` are refused.
+    """
+    rabbit.size(queue_name)  # declares all 22 tiers
+    for tier in range(ladder.TIERS):
+        name, arguments = ladder.holding_queue(queue_name, tier), ladder.holding_arguments(queue_name, tier)
+        channel = raw.connection.channel()
+        channel.queue_declare(name, durable=True, auto_delete=False, arguments=arguments)
+        channel.exchange_declare(ladder.tier_exchange(queue_name, tier), "topic", passive=True)
+        if tier:  # the exchange this tier dead-letters into
+            channel.exchange_declare(arguments["x-dead-letter-exchange"], "topic", passive=True)
+        channel.close()
+        probe = raw.connection.channel()
+        with pytest.raises(amqp.exceptions.PreconditionFailed, match="x-expires"):
+            probe.queue_declare(name, durable=True, auto_delete=False, arguments={**arguments, "x-expires": 3_600_000})
+
+
 def test_size_and_clear_reach_every_tier(rabbit: RabbitMqQueue, queue_name: str) -> None:
     """Contract: Counting and clearing (size() sums the real queue and all 22 tiers; clear() purges them all)."""
     for delay in (0, 0, 10, 100, 40_000, ladder.MAX_DELAY):

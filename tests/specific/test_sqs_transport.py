@@ -157,6 +157,20 @@ def test_a_send_that_never_left_is_connection_failed(
     assert _stored(sqs_queues, queue_name) == 0
 
 
+def test_a_first_push_whose_url_lookup_fails_is_connection_failed(
+    relay: Relay, relayed: SqsQueue, sqs_queues: SqsTestQueues, queue_name: str
+) -> None:
+    """A queue's first push looks its URL up first: when that fails, SendMessage never left, so the push
+    raises ConnectionFailedError (nothing stored), not the transport's own error."""
+    relay.faults["GetQueueUrl"] = ["lose-reply"] * 3  # every attempt of botocore's retries
+
+    with pytest.raises(ConnectionFailedError, match="not stored"):
+        relayed.push(Records("never"), queue=queue_name)
+
+    assert "SendMessage" not in relay.seen
+    assert _stored(sqs_queues, queue_name) == 0
+
+
 def test_other_calls_are_retried_by_botocore(
     relay: Relay, relayed: SqsQueue, sqs_queues: SqsTestQueues, queue_name: str
 ) -> None:

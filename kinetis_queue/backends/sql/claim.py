@@ -12,9 +12,12 @@ Each pop() attempt is one reservation (contract: "Backend mechanisms: SQL"):
 PostgreSQL does it in one statement (the SKIP LOCKED subquery locks the row the UPDATE writes), so
 a claim is one round trip and one commit. MySQL 8 / MariaDB 10.6+ have SKIP LOCKED but no
 ``UPDATE ... RETURNING``, so they lock with ``SELECT ... FOR UPDATE SKIP LOCKED`` and write with an
-``UPDATE`` by primary key in one transaction. SQLite has no row locks: its writers are serialized,
-so one guarded ``UPDATE ... RETURNING`` whose WHERE repeats the claimability test cannot claim a
-row another claim took first.
+``UPDATE`` by primary key in one transaction, one SELECT per queue in priority order: ordered by a
+CASE expression, a SELECT is a filesort, for which InnoDB locks every matching row it reads, so a
+concurrent claim skipped them all (priority inversions and empty pops under contention,
+tests/faults/test_races.py G2); ordered by the ``(queue, id)`` index, it locks the row it returns.
+SQLite has no row locks: its writers are serialized, so one guarded ``UPDATE ... RETURNING`` whose
+WHERE repeats the claimability test cannot claim a row another claim took first.
 
 Times are epoch seconds from this process's clock, not the database's (contract: clock skew
 between hosts shifts when a reservation looks expired and when a delay ends).
@@ -88,12 +91,16 @@ def _claim_one_statement(
 def _claim_locked_transaction(
     db: BaseDatabaseWrapper, queues: tuple[str, ...], now: float, expired_before: float, token: str
 ) -> tuple[Any, ...] | None:
-    select, params = _select(queues, now, expired_before, f"{COLUMNS}, reserved_token")
     with db.cursor() as cursor:
         cursor.execute("START TRANSACTION")
         try:
-            cursor.execute(f"{select} FOR UPDATE SKIP LOCKED", params)
-            row = cursor.fetchone()
+            row = None
+            for name in queues:
+                select, params = _select((name,), now, expired_before, f"{COLUMNS}, reserved_token")
+                cursor.execute(f"{select} FOR UPDATE SKIP LOCKED", params)
+                row = cursor.fetchone()
+                if row is not None:
+                    break
             if row is None:
                 cursor.execute("COMMIT")
                 return None

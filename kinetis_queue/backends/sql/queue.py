@@ -13,6 +13,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
 
 from kinetis_queue.backends.sql.claim import claim
+from kinetis_queue.backends.sql.timeouts import DEFAULT_OPERATION_TIMEOUT, bounded, client_options
 from kinetis_queue.conf import ConnectionSettings
 from kinetis_queue.contracts import (
     ClearableQueue,
@@ -89,10 +90,13 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     backend_name = "sql"
 
     def __init__(self, *, database: str = "default", visibility_timeout: int = 300,
-                 prepared_statements: bool = True, connection: str | None = None) -> None:
+                 prepared_statements: bool = True, connection: str | None = None,
+                 operation_timeout: float = DEFAULT_OPERATION_TIMEOUT) -> None:
         super().__init__(connection=connection)
         self.database = database
         self.prepared_statements = prepared_statements
+        #: Seconds one worker-side call (connect, claim, settlement, renewal) may take (see timeouts.py).
+        self.operation_timeout = operation_timeout
         self._visibility_timeout = visibility_timeout
         self._local = threading.local()
         self._opened: list[BaseDatabaseWrapper] = []
@@ -105,30 +109,42 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             visibility_timeout=settings.visibility_timeout,
             prepared_statements=settings.options.get("PREPARED_STATEMENTS", True),
             connection=settings.name,
+            operation_timeout=settings.options.get("OPERATION_TIMEOUT", DEFAULT_OPERATION_TIMEOUT),
         )
 
     # -- connections ----------------------------------------------------------------------------
 
     def _worker_db(self) -> BaseDatabaseWrapper:
-        """This thread's own connection for the worker's side, opened on first use and kept."""
+        """This thread's own connection for the worker's side, opened on first use and kept.
+
+        Its waits are bounded by OPERATION_TIMEOUT: driver timeouts under the alias's own OPTIONS,
+        plus ``bounded()`` around each call on PostgreSQL (kinetis_queue/backends/sql/timeouts.py).
+        """
         db: BaseDatabaseWrapper | None = getattr(self._local, "db", None)
         if db is None:
             shared = connections[self.database]
             if shared.vendor == "sqlite" and shared.is_in_memory_db():  # type: ignore[attr-defined]
                 return shared  # a second connection would see a different, empty database
-            settings_dict = {**shared.settings_dict, "CONN_MAX_AGE": None, "CONN_HEALTH_CHECKS": False}
+            options = {**client_options(shared.vendor, self.operation_timeout), **shared.settings_dict["OPTIONS"]}
+            settings_dict = {**shared.settings_dict, "CONN_MAX_AGE": None, "CONN_HEALTH_CHECKS": False,
+                             "OPTIONS": options}
             db = load_backend(settings_dict["ENGINE"]).DatabaseWrapper(settings_dict, self.database)
             db.inc_thread_sharing()  # dispose() may close it from another thread
             with self._opened_lock:
                 self._opened.append(db)
             self._local.db = db
         if db.errors_occurred:
-            db.close_if_unusable_or_obsolete()
+            with bounded(db, self.operation_timeout):  # Django's check runs a query
+                db.close_if_unusable_or_obsolete()
         if db.connection is None:
             db.connect()
             if db.vendor == "postgresql":
-                with db.cursor() as cursor:
-                    cursor.execute("SET synchronous_commit TO OFF")
+                # The claim's SKIP LOCKED needs READ COMMITTED: at REPEATABLE READ or SERIALIZABLE (an
+                # alias's isolation_level only reaches atomic() blocks, but a server or role default
+                # reaches every statement) concurrent claims fail with serialization errors.
+                with bounded(db, self.operation_timeout), db.cursor() as cursor:
+                    cursor.execute("SET synchronous_commit TO OFF; "
+                                   "SET default_transaction_isolation TO 'read committed'")
         return db
 
     def dispose(self) -> None:
@@ -195,7 +211,8 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         db = self._worker_db()
         now = time.time()
         token = secrets.token_hex(16)
-        row = claim(db, queues, now, now - self._visibility_timeout, token)
+        with bounded(db, self.operation_timeout):
+            row = claim(db, queues, now, now - self._visibility_timeout, token)
         if row is None:
             return None
         handle = SqlHandle(row[0], token)
@@ -235,7 +252,8 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         # Contract, "Reservation renewal": the row count is not read, because MySQL reports 0 for
         # an UPDATE that writes the value already stored (a renewal within the same second).
         handle = self._handle(job)
-        with self._worker_db().cursor() as cursor:
+        db = self._worker_db()
+        with bounded(db, self.operation_timeout), db.cursor() as cursor:
             cursor.execute(RENEW, [time.time(), handle.row_id, handle.token])
 
     def _size(self, queue: str) -> int:
@@ -272,11 +290,10 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             raise InvalidQueueArgumentError("this QueuedJob was not delivered by an SQL queue")
         return job.handle
 
-    @staticmethod
     def _fenced(
-        db: BaseDatabaseWrapper, sql: str, params: list[Any], handle: SqlHandle, operation: JobSettlement
+        self, db: BaseDatabaseWrapper, sql: str, params: list[Any], handle: SqlHandle, operation: JobSettlement
     ) -> None:
-        with db.cursor() as cursor:
+        with bounded(db, self.operation_timeout), db.cursor() as cursor:
             cursor.execute(sql, [*params, handle.row_id, handle.token])
             if cursor.rowcount != 1:
                 raise StaleJobHandleError(operation)
