@@ -7,10 +7,13 @@ Each repeat pushes N no-op jobs on both sides and drains them with one worker pr
   the same two headers), each persistent, ``mandatory`` and waiting for its publisher confirm, as
   the project's are. The two sides alternate in blocks of PUSH_BLOCK jobs on connections opened
   before the clock starts, so a load burst on this shared machine hits both alike;
-- drain: a fresh process runs ``bench.drain.drain()``, a real ``Worker`` timed over the
-  ``process_next()`` calls that run the N jobs (basic.get, decode, handle(), ack, signals),
-  against a fresh process running the bare at-least-once loop: ``basic.get`` + ``basic.ack`` per
-  job. Both timings include opening the connection. Which side drains first alternates.
+- drain: one fresh process drains both queues, alternating blocks of DRAIN_BLOCK jobs: a real
+  ``Worker``'s ``process_next()`` calls (basic.get, decode, handle(), ack, signals) against the
+  bare at-least-once loop, ``basic.get`` + ``basic.ack`` per job. Each side's time includes
+  opening its connection, and which side goes first alternates from block to block. The broker's
+  speed drifts by a factor of two or more within seconds on this machine (its persistent message
+  store), so drains in separate processes one after the other measured the drift more than the
+  client: alternating blocks give both sides the same broker.
 
 Speed claims are ratios against the bare loop measured in the same run: with confirms, a
 persistent publish costs a broker round trip plus the broker's write, so absolute rates depend on
@@ -42,8 +45,9 @@ from bench.common import positive_int as _positive_int
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONNECTION = "rabbitmq"
-#: Push blocks: the two sides alternate every PUSH_BLOCK jobs.
+#: Push and drain blocks: the two sides alternate every PUSH_BLOCK / DRAIN_BLOCK jobs.
 PUSH_BLOCK = 250
+DRAIN_BLOCK = 250
 #: The issue's targets: project rate / bare rate, measured in the same run.
 TARGETS = {"push": 0.70, "drain": 0.70}
 
@@ -59,7 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the broker (default: %(default)s)")
     parser.add_argument("--queue", default=f"bench-{os.getpid()}", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON")
-    parser.add_argument("--drain", choices=["project", "bare"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--drain", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -115,33 +119,67 @@ def bare_message() -> Any:
                         application_headers={"maxAttempts": None, "metadata": "{}"})
 
 
-def bare_drain(url: str, queue: str, n: int) -> float:
-    """Drain ``n`` bare jobs: basic.get + basic.ack per job, connect included; return the seconds."""
-    started = time.perf_counter()
-    channel = bare_channel(url)
-    for done in range(n):
-        message = channel.basic_get(queue, no_ack=False)
-        if message is None:
-            raise SystemExit(f"bench.rabbitmq: the bare drain ran dry after {done} jobs")
-        channel.basic_ack(message.delivery_tag)
-    seconds = time.perf_counter() - started
-    channel.connection.close()
-    return seconds
+def interleaved_drain(url: str, queue: str, n: int) -> dict[str, float]:
+    """Drain ``n`` jobs from each side in alternating blocks; return both rates (jobs/s)."""
+    from kinetis_queue import conf, connections
+    from kinetis_queue.contracts import DisposableQueue
+    from kinetis_queue.worker import Worker
+
+    settings = conf.connection_settings(CONNECTION)
+    built = connections.build(settings.name)
+    worker = Worker(built, connection=CONNECTION, default_max_attempts=settings.max_attempts,
+                    retry_base_delay=settings.retry_base_delay)
+    queues, bare = [queue], f"{queue}-bare"
+    times = {"project": 0.0, "bare": 0.0}
+    channel: Any = None
+
+    def project_block(count: int) -> None:
+        started = time.perf_counter()
+        target = worker.processed + count
+        while worker.processed < target:
+            if not worker.process_next(0.5, queues):
+                raise SystemExit(f"bench.rabbitmq: the project drain ran dry after {worker.processed} jobs")
+        times["project"] += time.perf_counter() - started
+
+    def bare_block(count: int) -> None:
+        nonlocal channel
+        started = time.perf_counter()
+        if channel is None:
+            channel = bare_channel(url)
+        for _ in range(count):
+            message = channel.basic_get(bare, no_ack=False)
+            if message is None:
+                raise SystemExit("bench.rabbitmq: the bare drain ran dry")
+            channel.basic_ack(message.delivery_tag)
+        times["bare"] += time.perf_counter() - started
+
+    try:
+        for index, offset in enumerate(range(0, n, DRAIN_BLOCK)):
+            count = min(DRAIN_BLOCK, n - offset)
+            for block in (project_block, bare_block) if index % 2 == 0 else (bare_block, project_block):
+                block(count)
+    finally:
+        worker.close()
+        if isinstance(built, DisposableQueue):
+            built.dispose()
+        if channel is not None:
+            channel.connection.close()
+    return {"project_drain": n / times["project"], "bare_drain": n / times["bare"]}
 
 
 # -- the measurements -----------------------------------------------------------------------------------
 
 
-def _run_child(args: argparse.Namespace, side: str) -> dict[str, Any]:
-    """Drain in a fresh process (``--drain side``); return the JSON object it prints last."""
+def _run_child(args: argparse.Namespace) -> dict[str, float]:
+    """Drain in a fresh process (``--drain``); return the JSON object it prints last."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    command = [sys.executable, "-m", "bench.rabbitmq", "--drain", side, "--n", str(args.n), "--url", args.url,
+    command = [sys.executable, "-m", "bench.rabbitmq", "--drain", "--n", str(args.n), "--url", args.url,
                "--queue", args.queue]
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"bench.rabbitmq: the {side} drain exited with status {done.returncode}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"bench.rabbitmq: the drain exited with status {done.returncode}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -214,8 +252,7 @@ def measure(args: argparse.Namespace, store: Store) -> dict[str, list[float]]:
         store.reset()
         project_first = run % 2 == 0
         result = push_phase(store, args.n, project_first)
-        for side in ["project", "bare"] if project_first else ["bare", "project"]:
-            result[f"{side}_drain"] = float(_run_child(args, side)["rate"])
+        result.update(_run_child(args))
         store.expect("drains", 0)
         for metric, value in result.items():
             samples.setdefault(metric, []).append(value)
@@ -239,14 +276,8 @@ def report(medians: dict[str, float], args: argparse.Namespace) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure(args.url)
-    if args.drain is not None:
-        if args.drain == "project":
-            from bench.drain import drain
-
-            seconds, _ = drain(CONNECTION, args.queue, args.n)
-        else:
-            seconds = bare_drain(args.url, f"{args.queue}-bare", args.n)
-        print(json.dumps({"jobs": args.n, "seconds": seconds, "rate": args.n / seconds}))
+    if args.drain:
+        print(json.dumps(interleaved_drain(args.url, args.queue, args.n)))
         return 0
 
     store = Store(args.url, args.queue)
