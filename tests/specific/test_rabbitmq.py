@@ -28,6 +28,7 @@ from kinetis_queue.exceptions import (
     PublishNotConfirmedError,
     QueueConfigurationError,
 )
+from tests.conftest import wait_until
 from tests.jobs import Noop, Records
 from tests.settings import RABBITMQ_URL
 
@@ -497,6 +498,29 @@ def test_a_broker_redelivery_keeps_the_attempt_count_and_the_old_receipt_cannot_
             settle(held)
     other.ack(again)
     assert other.size(queue_name) == 0
+    assert other.pop(0.5, [queue_name]) is None
+
+
+def test_a_broker_redelivery_goes_behind_the_waiting_jobs(
+    make_queue: Callable[..., RabbitMqQueue], queue_name: str, raw: Any
+) -> None:
+    """A crash-looping job cannot hold a queue (RELIABILITY.md A7): the broker requeues a dropped delivery at
+    the head, and the next pop moves it behind the jobs that waited, as one job, attempts unchanged."""
+    worker, other = make_queue(), make_queue()
+    first = worker.push(Records("first"), queue=queue_name, max_attempts=3)
+    second = worker.push(Records("second"), queue=queue_name)
+    held = worker.pop(5, [queue_name])
+    assert held is not None and held.id == first
+
+    _drop_connection(worker)
+    wait_until(lambda: raw.queue_declare(queue_name, passive=True).message_count == 2, timeout=10)
+    taken = [other.pop(5, [queue_name]) for _ in range(2)]
+
+    assert [(job.id, job.attempts) for job in taken if job is not None] == [(second, 1), (first, 1)]
+    assert taken[1] is not None and (taken[1].max_attempts, taken[1].pushed_at) == (3, held.pushed_at)
+    for job in taken:
+        assert job is not None
+        other.ack(job)
     assert other.pop(0.5, [queue_name]) is None
 
 

@@ -69,7 +69,8 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
     PublishNotConfirmedError, so a queue deleted under a pusher is an error, never a silent drop.
     Reservation: an unacked ``basic.get`` delivery, held by its channel until the connection
     drops, when the broker requeues it with its attempt count unchanged: only release() writes
-    the ``attempts`` header. Not renewable, and not fenced: a delivery tag names a delivery on
+    the ``attempts`` header. The broker puts it back at the head; the next pop moves it behind the
+    waiting jobs, so a job that kills its workers cannot hold the queue. Not renewable, and not fenced: a delivery tag names a delivery on
     its own channel only, so a receipt from a connection that has closed raises
     ConnectionFailedError and sends nothing. Delays: the ladder in ladder.py, in whole seconds
     rounded up, at most 4,194,303 s. Heartbeats are serviced by a background thread, so a job
@@ -199,21 +200,40 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
                 for name in queues:
                     if name not in session.declared:
                         self._declare(session, name)
-                    message = get(name, no_ack=False)
-                    if message is not None:
+                    while (message := get(name, no_ack=False)) is not None:
                         tag = message.delivery_info["delivery_tag"]
                         session.unsettled.add(tag)
                         # Contract, "Malformed stored messages": RabbitMQ removes one with a reject
                         # without requeue.
-                        return settle_if_malformed(
+                        job = settle_if_malformed(
                             partial(self._decode, session, name, tag, message), partial(self._reject, session, tag)
                         )
+                        if not message.delivery_info.get("redelivered"):
+                            return job
+                        self._requeue_at_back(session, job.handle)
                 return None
             except KinetisQueueError:
                 raise
             except BaseException:
                 self._discard(session)
                 raise
+
+    def _requeue_at_back(self, session: Session, handle: RabbitMqDelivery) -> None:
+        """Move a broker redelivery behind the queue's waiting jobs: publish a copy, then ack the original.
+
+        The broker requeues a dropped connection's deliveries at their old place, the head, and
+        basic.get takes the head: a job that ends every worker that runs it (a poison pill) would
+        be all the queue ever delivers. The copy keeps the body and our three headers, so its
+        attempt count is unchanged (contract: only release() writes it), and it is delivered as soon
+        as the jobs that waited ahead of it have been. A stop between the confirmation and the ack
+        leaves both, and the job runs twice.
+        """
+        headers: dict[str, Any] = {"maxAttempts": handle.max_attempts, "metadata": handle.metadata}
+        if handle.attempts:
+            headers["attempts"] = handle.attempts
+        self._publish(session, handle.queue, 0, handle.body, headers, handle.job_id)
+        session.deliveries.basic_ack(handle.tag)
+        session.unsettled.discard(handle.tag)
 
     def ack(self, job: QueuedJob) -> None:
         with self._lock:
