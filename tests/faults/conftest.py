@@ -22,6 +22,7 @@ from kinetis_queue import conf
 from kinetis_queue.contracts import DisposableQueue, Queue
 from tests.backends import Backend
 from tests.faults import history, stores
+from tests.faults.servers import PrivateRedis
 from tests.faults.worker import install_observers
 
 HERE = Path(__file__).resolve().parent
@@ -141,3 +142,15 @@ def long_lease(backend: Backend, connection: Queue) -> Iterator[Queue]:
         if isinstance(queue, DisposableQueue):
             queue.dispose()
 
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A private redis-server with AOF always, for the tests that kill or pause it."""
+    directory = tmp_path / "redis"
+    directory.mkdir()
+    server = PrivateRedis(directory)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -46,7 +46,7 @@ from tests.faults.harness import failed_records, finish, push
 from tests.faults.history import new_tag
 from tests.faults.inproc import CallTimer, Pusher, RenewalLog, Route, ThreadWorkers, dispose, route
 from tests.faults.jobs import Tagged, TaggedFails
-from tests.faults.test_service_faults import PrivateRedis, _free_port
+from tests.faults.servers import PrivateRedis, PrivateServer, free_port
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(120)]
 
@@ -286,18 +286,6 @@ def test_c3_latency_soak(
 # -- B2: Redis stalls (CLIENT PAUSE), then drops every client (CLIENT KILL) ----------------------------
 
 
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    directory = tmp_path / "redis"
-    directory.mkdir()
-    server = PrivateRedis(directory)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.mark.parametrize("backend", REDIS, ids=_ids)
 def test_b2_redis_client_pause_then_client_kill(
     backend: Backend, private_redis: PrivateRedis, queue_name: str, history_dir: Path, seed: int, run_id: str
@@ -413,7 +401,7 @@ def test_b5_rabbitmq_closes_the_connections_of_this_test(
 # -- B7: the SQS endpoint goes away ---------------------------------------------------------------------
 
 
-class PrivateMoto:
+class PrivateMoto(PrivateServer):
     """moto's server on a port of this test's own; killed with SIGKILL and started again on the same port."""
 
     def __init__(self, port: int, log: Path) -> None:
@@ -437,16 +425,6 @@ class PrivateMoto:
         except Exception:
             return False
 
-    def kill(self) -> None:
-        assert self.process is not None
-        history.record("fault.service.sigkill", None, target=self.process.pid)
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -481,7 +459,7 @@ def test_b7_sqs_endpoint_down_stops_the_worker_without_a_hot_spin(
         monkeypatch.delenv(variable, raising=False)
     for variable, value in environment(tmp_path).items():
         monkeypatch.setenv(variable, value)
-    moto = PrivateMoto(_free_port(), tmp_path / "moto.log")
+    moto = PrivateMoto(free_port(), tmp_path / "moto.log")
     moto.start()
     queue = SqsQueue(region=REGION, endpoint_url=moto.endpoint, visibility_timeout=1)
     output = tmp_path / "supervisor.log"

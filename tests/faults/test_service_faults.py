@@ -14,11 +14,9 @@ from __future__ import annotations
 import dataclasses
 import random
 import signal
-import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,69 +26,16 @@ from django.conf import settings
 from kinetis_queue import conf, connections
 from kinetis_queue.contracts import DisposableQueue, Queue
 from tests.backends import BACKENDS, SQL_BACKENDS, Backend
-from tests.conftest import wait_until
 from tests.faults import history, procs, stores
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
 from tests.faults.jobs import Tagged
+from tests.faults.servers import PrivateRedis
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(180)]
 
 REDIS = [b for b in BACKENDS if settings.KINETIS_QUEUE["CONNECTIONS"][b.connection]["BACKEND"] == "redis"]
 POSTGRES = [b for b in SQL_BACKENDS if settings.DATABASES[b.database or ""]["ENGINE"].endswith("postgresql")]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class PrivateRedis:
-    """A redis-server of this test's own on a free port, its data dir in tmp; stopped by PID."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory, self.port = directory, _free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        wait_until(self._answers, timeout=30)
-
-    def _answers(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def kill(self) -> None:
-        assert self.process is not None
-        history.record("fault.service.sigkill", None, target=self.process.pid)
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    directory = tmp_path / "redis"
-    directory.mkdir()
-    server = PrivateRedis(directory)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 class Pusher(threading.Thread):
