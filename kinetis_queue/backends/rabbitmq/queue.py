@@ -67,14 +67,14 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
     Publishing: one confirm-mode channel; every publish is mandatory and persistent and waits for
     the broker's answer. A nack, a returned (unroutable) message or a missing confirmation raises
     PublishNotConfirmedError, so a queue deleted under a pusher is an error, never a silent drop.
-    Reservation: an unacked ``basic.get`` delivery, held by its channel until the connection
-    drops, when the broker requeues it with its attempt count unchanged: only release() writes
-    the ``attempts`` header. The broker puts it back at the head; the next pop moves it behind the
-    waiting jobs, so a job that kills its workers cannot hold the queue. Not renewable, and not fenced: a delivery tag names a delivery on
-    its own channel only, so a receipt from a connection that has closed raises
-    ConnectionFailedError and sends nothing. Delays: the ladder in ladder.py, in whole seconds
-    rounded up, at most 4,194,303 s. Heartbeats are serviced by a background thread, so a job
-    longer than the heartbeat interval keeps its connection and its delivery.
+    Reservation: an unacked ``basic.get`` delivery, held by its channel until the connection drops,
+    when the broker requeues it with its attempt count unchanged: only release() writes the
+    ``attempts`` header. The broker puts it back at the head; the next pop moves it behind the
+    waiting jobs, so a job that kills its workers cannot hold the queue. Not renewable, and not
+    fenced: a delivery tag names a delivery on its own channel only, so a receipt from a connection
+    that has closed raises ConnectionFailedError and sends nothing. Delays: the ladder in ladder.py,
+    in whole seconds rounded up, at most 4,194,303 s. Heartbeats are serviced by a background
+    thread, so a job longer than the heartbeat interval keeps its connection and its delivery.
 
     The queue is thread-safe: every use of its one connection holds a lock (py-amqp is not
     thread-safe), released while pop() pauses between sweeps and while a job runs.
