@@ -101,7 +101,8 @@ def test_malformed_messages_are_removed_once_and_never_run(
                            "exits": pool.exits})
     assert report["malformed_settled"] == len(malformed)
     assert report["executed_unique"] == VALID_JOBS + len(inconsistent)
-    assert report["duplicated"] == 0
+    if backend.atomic_reserve:  # SQS's visibility is best-effort (contract): a loaded machine may see a duplicate
+        assert report["duplicated"] == 0
     assert report["lost"] == 0 and report["unexpected"] == 0
     records = {key: n for key, n in _records(queue_name).items()}
     # Each reconstruction failure is recorded. More than once is the contract too: a lease that ran out
