@@ -399,11 +399,12 @@ def test_a7_a_poison_pill_is_redelivered_without_blocking_the_queue(
     deadline = started + 60
 
     def done() -> bool:
-        # Three pill deliveries and every normal job done; or six deliveries (the normal jobs, 0.3 s of work
-        # in all, had time for a few rounds and did not get it: a head-of-line block, reported below).
+        # Three pill deliveries and every normal job done. A head-of-line block shows as normal jobs still
+        # waiting at the deadline (on a loaded machine the pill may well come back more than three times
+        # before 30 jobs of 10 ms are through: respawned workers are slow to start, so no count is a bound).
         finished = {e["tag"] for e in events(history_dir, "exec.done")}
         pills = len(events(history_dir, "exec.start", pill))
-        return pills >= 3 and (set(normal) <= finished or pills >= 6)
+        return pills >= 3 and set(normal) <= finished
 
     with procs.Pool(backend, [queue_name], history_dir, 2, "--sleep=1") as pool:
         while not done() and time.monotonic() < deadline:
