@@ -11,8 +11,26 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tests.faults import history
+
+if TYPE_CHECKING:
+    from kinetis_queue.contracts import Queue, QueuedJob
+
+
+def take(queue: Queue, names: Sequence[str], timeout: float = 1.0) -> QueuedJob | None:
+    """One pop and an immediate ack, recorded as pop, exec.start, exec.done and settle.ack.ok events."""
+    job = queue.pop(timeout, names)
+    if job is not None:
+        tag = job.args.get("tag")
+        history.record("pop", tag, attempt=job.attempts, thread=threading.get_ident())
+        history.record("exec.start", tag, attempt=job.attempts)
+        history.record("exec.done", tag, attempt=job.attempts)
+        queue.ack(job)
+        history.record("settle.ack.ok", tag, attempt=job.attempts)
+    return job
 
 
 def main(connection: str, queue_name: str, threads: int) -> int:
@@ -33,13 +51,8 @@ def main(connection: str, queue_name: str, threads: int) -> int:
     def pop_until_empty() -> None:
         barrier.wait()
         try:
-            while (job := queue.pop(1.0, [queue_name])) is not None:
-                tag = job.args.get("tag")
-                history.record("pop", tag, attempt=job.attempts, thread=threading.get_ident())
-                history.record("exec.start", tag, attempt=job.attempts)
-                history.record("exec.done", tag, attempt=job.attempts)
-                queue.ack(job)
-                history.record("settle.ack.ok", tag, attempt=job.attempts)
+            while take(queue, [queue_name]) is not None:
+                pass
         except BaseException as exc:
             history.record("worker.stop", None, error=type(exc).__name__, step="pop-or-ack")
             errors.append(exc)

@@ -31,7 +31,7 @@ import pytest
 from django.db import connections as db_connections
 
 from kinetis_queue.backends.sql import SqlQueue
-from kinetis_queue.contracts import Queue, QueuedJob
+from kinetis_queue.contracts import Queue
 from kinetis_queue.exceptions import StaleJobHandleError
 from tests.backends import BACKENDS, Backend
 from tests.faults import history, procs, stores
@@ -39,6 +39,7 @@ from tests.faults.conftest import soak_scale, soak_seconds
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
 from tests.faults.jobs import Tagged
+from tests.faults.popper import take
 from tests.faults.worker import isolation_options
 
 pytestmark = pytest.mark.trait("stores_jobs")
@@ -55,19 +56,6 @@ def _expire_reservations(database: str, queue: str) -> None:
     with db_connections[database].cursor() as cursor:
         cursor.execute("UPDATE kinetis_queue_jobs SET reserved_at = reserved_at - 86400 "
                        "WHERE queue = %s AND reserved_at IS NOT NULL", [queue])
-
-
-def take(queue: Queue, names: list[str]) -> QueuedJob | None:
-    """One pop and an immediate ack, recorded as tests/faults/popper.py records them."""
-    job = queue.pop(0.5, names)
-    if job is not None:
-        tag = job.args.get("tag")
-        history.record("pop", tag, attempt=job.attempts, thread=threading.get_ident())
-        history.record("exec.start", tag, attempt=job.attempts)
-        history.record("exec.done", tag, attempt=job.attempts)
-        queue.ack(job)
-        history.record("settle.ack.ok", tag, attempt=job.attempts)
-    return job
 
 
 def popper_race(
@@ -154,7 +142,7 @@ def test_a_serializable_alias_still_claims_at_read_committed(
                 with queue._worker_db().cursor() as cursor:
                     cursor.execute("SHOW transaction_isolation")
                     assert cursor.fetchone()[0] == "read committed"
-                while (job := take(queue, [queue_name])) is not None:
+                while (job := take(queue, [queue_name], 0.5)) is not None:
                     popped.append(job.args["tag"])
             except BaseException as exc:
                 errors.append(f"{type(exc).__name__}: {exc}"[:200])
@@ -273,7 +261,7 @@ def test_priority_holds_under_contention_soak(
         try:
             while empty < 3 or not stop_pushing.is_set():
                 start = time.monotonic()
-                job = take(long_lease, names)
+                job = take(long_lease, names, 0.5)
                 end = time.monotonic()
                 if job is None:
                     empty += 1
