@@ -6,6 +6,7 @@ import importlib
 import inspect
 import logging
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
@@ -43,6 +44,15 @@ class Job:
         """Do the work; may take ``context: JobContext``. Raising fails this attempt."""
         raise NotImplementedError(f"{type(self).__qualname__} must define handle()")
 
+    @classmethod
+    def display_name(cls, args: Mapping[str, Any]) -> str:
+        """The name operators see for a job of this class stored with ``args``: its dotted path.
+
+        A job that only carries another callable (a django.tasks task, a queued receiver) names
+        that callable instead. Never an argument's value beyond such a name.
+        """
+        return job_class_path(cls)
+
 
 @dataclass(frozen=True, slots=True)
 class JobContext:
@@ -63,6 +73,18 @@ MAX_CLASS_PATH: Final = 255
 def job_class_path(cls: type) -> str:
     """The dotted path a job class is stored under."""
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def display_name(path: str, args: Mapping[str, Any]) -> str:
+    """What worker lines, ``queue_failed`` and the admin call a stored job: the class's own
+    ``display_name(args)`` when this process knows the class, else the stored path. Imports nothing."""
+    cls = Job._registry.get(path)
+    if cls is None:
+        return path
+    try:
+        return cls.display_name(args)
+    except Exception:
+        return path
 
 
 def resolve_job_class(path: str) -> type[Job]:

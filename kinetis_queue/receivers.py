@@ -26,7 +26,7 @@ anything else.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, TypeVar
 
 from django.dispatch import Signal
@@ -49,6 +49,12 @@ class QueuedReceiverJob(Job):
         self.receiver = receiver
         self.sender = sender
         self.kwargs = kwargs
+
+    @classmethod
+    def display_name(cls, args: Mapping[str, Any]) -> str:
+        """The receiver function's import path, not QueuedReceiverJob's."""
+        path = args.get("receiver")
+        return path if isinstance(path, str) and path else super().display_name(args)
 
     def handle(self) -> None:
         resolve_receiver(self.receiver)(sender=self.sender, **self.kwargs)

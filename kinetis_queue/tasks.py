@@ -15,7 +15,7 @@ import json
 import os
 import socket
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 from django.core import checks
@@ -188,6 +188,12 @@ class RunTask(Job):
         self.kwargs = kwargs
         self.result_id = result_id
         self.backend = backend
+
+    @classmethod
+    def display_name(cls, args: Mapping[str, Any]) -> str:
+        """The task's own import path, not RunTask's."""
+        path = args.get("task_path")
+        return path if isinstance(path, str) and path else super().display_name(args)
 
     def handle(self, context: JobContext) -> None:
         task = _load_task(self.task_path)
