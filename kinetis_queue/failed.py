@@ -140,6 +140,17 @@ def shown_args(record: FailedJob) -> str:
     return dumps(display_args(record.job_class, args))
 
 
+def shown_class(record: FailedJob) -> str:
+    """What the operator sees as the record's job: the task or receiver it carried, else its class path."""
+    from kinetis_queue.job import display_name
+
+    try:
+        args = record_args(record)
+    except Exception:
+        return record.job_class
+    return display_name(record.job_class, args)
+
+
 def shown_exception(record: FailedJob) -> tuple[str, str]:
     """The record's exception message and traceback, scrubbed again (records written before scrubbing)."""
     try:
