@@ -2,7 +2,8 @@
 #
 #   make test      services, lint, typecheck, Django checks, the full suite (Django from the dev
 #                  install), then the core + SQL suite (pytest -m core) on Django 5.2 LTS
-#   make demo      the testproject demo on SQLite (no services needed)
+#   make demo      the testproject demo on SQLite, in its own venv (.venv-demo: the app and Django only;
+#                  no services, no system packages, no root)
 #   make bench     benchmarks (python -m bench); needs the services
 #   make soak      the long fault tier (tests/faults -m soak; KQ_SOAK_SECONDS per scenario and backend)
 #
@@ -16,6 +17,7 @@ SHELL := /bin/bash
 
 VENV ?= .venv
 VENV52 ?= .venv-dj52
+DEMO_VENV ?= .venv-demo
 PY := $(VENV)/bin/python
 PY52 := $(VENV52)/bin/python
 PYTEST_WORKERS ?= 4
@@ -35,7 +37,7 @@ FIND_PYTHON := for c in $(PYTHON_CANDIDATES); do \
 	  if "$$c" $(IS_PY312) >/dev/null 2>&1; then command -v "$$c"; exit 0; fi; \
 	done; exit 1
 
-.PHONY: venv venv52 demo lint typecheck checks services test bench soak clean
+.PHONY: venv venv52 demo-venv demo lint typecheck checks services test bench soak clean
 
 # ---- virtual environments ------------------------------------------------------------------------
 
@@ -54,6 +56,22 @@ $(VENV)/.installed: pyproject.toml scripts/system-deps.sh
 	fi
 	"$(PY)" -m pip install --quiet --upgrade pip
 	"$(PY)" -m pip install --progress-bar off -e '.[dev]'
+	touch "$@"
+
+# The demo's venv: the app (editable) and Django, nothing else; no system packages, no root.
+demo-venv: $(DEMO_VENV)/.installed
+
+$(DEMO_VENV)/.installed: pyproject.toml
+	@py="$$($(FIND_PYTHON))" || { \
+	  echo "error: no Python >= 3.12 found (tried: $(PYTHON_CANDIDATES)); set PYTHON=/path/to/python3.12" >&2; \
+	  exit 1; }; \
+	if [ -x "$(DEMO_VENV)/bin/python" ] && "$(DEMO_VENV)/bin/python" $(IS_PY312) >/dev/null 2>&1; then \
+	  echo "demo: reusing $(DEMO_VENV)"; \
+	else \
+	  echo "demo: creating $(DEMO_VENV) with $$py ($$("$$py" -V)), installing the app and Django"; \
+	  "$$py" -m venv --clear "$(DEMO_VENV)"; \
+	fi
+	"$(DEMO_VENV)/bin/python" -m pip install --quiet --progress-bar off -e .
 	touch "$@"
 
 # Django 5.2 LTS venv, built with the same base interpreter as $(VENV).
@@ -81,7 +99,7 @@ services:
 # ---- static checks -------------------------------------------------------------------------------
 
 lint: venv
-	"$(VENV)/bin/ruff" check --extend-exclude "$(VENV),$(VENV52)" .
+	"$(VENV)/bin/ruff" check --extend-exclude "$(VENV),$(VENV52),$(DEMO_VENV)" .
 
 typecheck: venv
 	PYTHONPATH=testproject:. "$(VENV)/bin/mypy" kinetis_queue
@@ -109,8 +127,8 @@ soak: venv services
 
 # ---- demo and benchmarks -------------------------------------------------------------------------
 
-demo: venv
-	"$(PY)" testproject/manage.py demo
+demo: demo-venv
+	"$(DEMO_VENV)/bin/python" testproject/manage.py demo
 
 bench: venv services
 	"$(PY)" -m bench $(BENCH_ARGS)
@@ -118,4 +136,4 @@ bench: venv services
 	"$(PY)" -m bench.rabbitmq $(BENCH_ARGS)
 
 clean:
-	rm -rf "$(VENV)" "$(VENV52)" testproject/demo.sqlite3
+	rm -rf "$(VENV)" "$(VENV52)" "$(DEMO_VENV)" testproject/demo.sqlite3

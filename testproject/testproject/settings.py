@@ -8,8 +8,9 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 SECRET_KEY = "kinetis-queue-testproject-not-secret"
-DEBUG = False
-ALLOWED_HOSTS: list[str] = []
+# A local demo: `runserver` serves the admin's static files and answers on loopback only.
+DEBUG = True
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -20,6 +21,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",
     "kinetis_queue",
     "demo",
 ]
@@ -42,6 +44,7 @@ TEMPLATES = [
     }
 ]
 ROOT_URLCONF = "testproject.urls"
+STATIC_URL = "static/"
 
 DATABASES = {
     "default": {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from typing import Any
 
@@ -80,4 +82,22 @@ class Command(BaseCommand):
         if record is not None:
             out(f"Failed job #{record.pk}: {record.job_class}, {record.attempts} attempts, "
                 f"{record.exception_class}: {record.exception_message}")
-        out("Next: `make test` runs the whole suite against SQLite, PostgreSQL and MariaDB.")
+        self._what_next()
+
+    def _what_next(self) -> None:
+        """The commands to try after the demo, runnable as printed from the repository root."""
+        here = os.getcwd() + os.sep
+        python = os.path.relpath(sys.executable) if sys.executable.startswith(here) else sys.executable
+        manage = f"{python} {os.path.relpath(sys.argv[0])}"
+        out = self.stdout.write
+        out("")
+        out("Try next (from this folder):")
+        out(f"  {manage} queue_failed            # the failed job, safe metadata only")
+        out(f"  {manage} queue_status            # what waits, is delayed, reserved or failed, per queue")
+        out(f"  {manage} queue_retry <ID>        # push a failed job again (then run: {manage} queue_work "
+            "--stop-when-empty)")
+        out("  The admin, with its Failed jobs list and Queue status page:")
+        out(f"    DJANGO_SUPERUSER_PASSWORD=demo {manage} createsuperuser --noinput --username demo "
+            "--email demo@example.com")
+        out(f"    {manage} runserver               # then open http://127.0.0.1:8000/admin/ (demo / demo)")
+        out("  `make test` runs the whole suite on every backend (it installs the dev tools and starts the services).")
