@@ -20,7 +20,11 @@ def _dry_run(target: str, tmp_path: Path) -> str:
         pytest.fail("make is not installed", pytrace=False)
     result = subprocess.run(
         ["make", "-n", "-B", target, f"DEMO_VENV={tmp_path / 'venv-demo'}", f"VENV={tmp_path / 'venv'}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     return result.stdout
 
@@ -41,10 +45,15 @@ def test_the_demo_ends_by_saying_what_to_try_next(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     env["KINETIS_DEMO_DB"] = str(tmp_path / "demo.sqlite3")
     result = subprocess.run(
-        [sys.executable, "testproject/manage.py", "demo"], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=90, check=True,
+        [sys.executable, "testproject/manage.py", "demo"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=True,
     )
-    tail = result.stdout[result.stdout.index("Try next"):]
+    tail = result.stdout[result.stdout.index("Try next") :]
     assert "manage.py queue_failed" in tail
     assert "createsuperuser" in tail and "runserver" in tail and "/admin/" in tail
     assert "All 4 of 4 jobs settled" in result.stdout
