@@ -156,14 +156,17 @@ class Command(BaseCommand):
         detail = ""
         if report.error is not None:
             detail = f" ({report.error}" + (f", retry in {report.delay:g}s)" if report.delay is not None else ")")
+        elif report.outcome is JobOutcome.SNOOZED and report.delay is not None:
+            detail = f" (back in {report.delay:g}s)"
         style = {
             JobOutcome.SUCCEEDED: self.style.SUCCESS,
             JobOutcome.RELEASED: self.style.WARNING,
+            JobOutcome.SNOOZED: self.style.WARNING,
             JobOutcome.LOST: self.style.WARNING,
             JobOutcome.FAILED: self.style.ERROR,
         }[report.outcome]
         self._say(
-            f"[{when}] {report.job_class} on {report.queue}, attempt {report.attempt}: "
+            f"[{when}] {report.name or report.job_class} on {report.queue}, attempt {report.attempt}: "
             f"{style(str(report.outcome))} in {report.duration:.3f}s{detail}"
         )
 
