@@ -399,3 +399,45 @@ def test_a_push_that_fails_after_the_commit_fails_the_result_and_keeps_later_hoo
     assert result.status == "FAILED" and result.finished_at is not None
     assert [e.exception_class_path for e in result.errors] == ["kinetis_queue.exceptions.ConnectionFailedError"]
     assert "not pushed after the enqueueing transaction committed" in result.errors[0].traceback
+
+
+# -- retrying a task that failed for good (issue 12 item 4) ------------------------------------------
+
+
+@pytest.mark.trait("stores_jobs")
+@pytest.mark.parametrize("how", ["queue_retry", "failed.retry"])
+def test_retrying_a_task_that_failed_for_good_runs_it_again_and_keeps_its_history(
+    connection: Queue, backend: Backend, tq: str, how: str
+) -> None:
+    """The retry is a new job whose attempts count from 1 again; it owns the result row, and the row
+    keeps the errors and worker ids of every earlier run."""
+    import io
+
+    from django.core.management import call_command
+
+    from kinetis_queue import failed
+
+    connection.size(tq)
+    worker = Worker(connection, connection=backend.connection, default_max_attempts=2, retry_base_delay=0)
+    try:
+        with override_settings(TASKS=tasks_on(backend.connection)):
+            result = task_defs.fails_twice.using(queue_name=tq).enqueue()
+            assert worker.process_next(5, [tq]) and worker.process_next(10, [tq])
+            result.refresh()
+            assert result.status == "FAILED" and len(result.errors) == 2
+            record = FailedJob.objects.get(queue=tq)
+            assert record.attempts == 2
+            if how == "queue_retry":
+                call_command("queue_retry", str(record.pk), stdout=io.StringIO())
+            else:
+                assert failed.retry(record.pk).ok
+            assert worker.process_next(10, [tq])
+    finally:
+        worker.close()
+    result.refresh()
+    assert (result.status, result.return_value) == ("SUCCESSFUL", 3)
+    assert task_defs.SEEN == [("fails_twice", 1), ("fails_twice", 2), ("fails_twice", 3)]
+    assert [e.exception_class_path for e in result.errors] == ["builtins.RuntimeError"] * 2
+    assert len(result.worker_ids) == 3 and result.finished_at is not None
+    row = TaskResultRecord.objects.get(pk=result.id)
+    assert (row.job_id, row.attempt) != (record.job_id, 2) and row.attempt == 1
