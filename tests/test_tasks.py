@@ -441,3 +441,36 @@ def test_retrying_a_task_that_failed_for_good_runs_it_again_and_keeps_its_histor
     assert len(result.worker_ids) == 3 and result.finished_at is not None
     row = TaskResultRecord.objects.get(pk=result.id)
     assert (row.job_id, row.attempt) != (record.job_id, 2) and row.attempt == 1
+
+
+# -- worker and operator output (issue 12 item 12) ---------------------------------------------------
+
+
+def test_worker_lines_and_queue_failed_name_the_task_and_never_read_attempt_1_of_0(
+    tq: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import io
+    import logging
+
+    from django.core.management import call_command
+
+    task_defs.add.using(queue_name=tq).enqueue(1, 2)
+    task_defs.explode.using(queue_name=tq).enqueue()
+    out = io.StringIO()
+    with caplog.at_level(logging.INFO, logger="kinetis_queue"):
+        call_command("queue_work", "--connection=sqlite", f"--queue={tq}", "--stop-when-empty", "--sleep=0.5",
+                     stdout=out, stderr=io.StringIO())
+    lines = out.getvalue().splitlines()
+    assert any(f"] tests.task_defs.add on {tq}, attempt 1: succeeded in " in line for line in lines), lines
+    assert any(f"] tests.task_defs.explode on {tq}, attempt 1: failed in " in line for line in lines), lines
+    logged = [r.getMessage() for r in caplog.records if r.name == "kinetis_queue.worker"]
+    assert 'Job "tests.task_defs.add" succeeded (attempt 1)' in logged
+    [failure] = [m for m in logged if "failed permanently" in m]
+    # No MAX_ATTEMPTS anywhere: the cap is 0, and the line says what that means.
+    assert failure.startswith('Job "tests.task_defs.explode" failed permanently (attempt 1; no retries: '
+                              "max attempts is 0): ValueError")
+    assert "RunTask" not in out.getvalue() + "\n".join(logged) and " of 0" not in "\n".join(logged)
+    listing = io.StringIO()
+    call_command("queue_failed", f"--queue={tq}", stdout=listing)
+    [row] = listing.getvalue().splitlines()[1:]
+    assert "tests.task_defs.explode" in row and "RunTask" not in row
