@@ -96,12 +96,19 @@ class KinetisTaskBackend(BaseTaskBackend):
         except KinetisQueueError:
             return []  # an invalid KINETIS_QUEUE is reported once, as kinetis_queue.E001
         name = loaded.default_connection if self.connection is None else self.connection
+        errors: list[checks.CheckMessage] = []
         if name not in loaded.connections:
-            return [checks.Error(
+            errors.append(checks.Error(
                 f"TASKS[{self.alias!r}]['OPTIONS']['CONNECTION'] names {name!r}, which is not in "
                 "KINETIS_QUEUE['CONNECTIONS']", id="kinetis_queue.E101",
-            )]
-        return []
+            ))
+        wait = self.options.get("RESULT_ROW_WAIT", RESULT_ROW_WAIT)
+        if type(wait) not in (int, float) or not 0 <= wait < float("inf"):
+            errors.append(checks.Error(
+                f"TASKS[{self.alias!r}]['OPTIONS']['RESULT_ROW_WAIT'] must be a number of seconds, 0 or more",
+                id="kinetis_queue.E102",
+            ))
+        return errors
 
     def enqueue(self, task: Task[_P, _R], args: Any, kwargs: Any) -> TaskResult[_P, _R]:
         """Store the READY result row, then push the job; returns the result at once.
@@ -254,7 +261,8 @@ def _row_wait(backend: str) -> float:
 
     options = getattr(settings, "TASKS", {}).get(backend, {}).get("OPTIONS", {})
     value = options.get("RESULT_ROW_WAIT", RESULT_ROW_WAIT)
-    return float(value) if type(value) in (int, float) and value >= 0 else float(RESULT_ROW_WAIT)
+    # A bad value is reported by the system check (kinetis_queue.E102); here the default applies.
+    return float(value) if type(value) in (int, float) and 0 <= value < float("inf") else float(RESULT_ROW_WAIT)
 
 
 class RunTask(Job):

@@ -81,6 +81,9 @@ def test_the_backend_declares_what_it_supports_and_checks_its_connection_lazily(
     unbuilt = KinetisTaskBackend("other", {"OPTIONS": {"CONNECTION": "nosuch"}})
     assert [e.id for e in unbuilt.check()] == ["kinetis_queue.E101"]
     assert "CONNECTION" in unbuilt.check()[0].msg
+    bad_wait = KinetisTaskBackend("other", {"OPTIONS": {"RESULT_ROW_WAIT": -1}})
+    assert [e.id for e in bad_wait.check()] == ["kinetis_queue.E102"]
+    assert "RESULT_ROW_WAIT" in bad_wait.check()[0].msg
 
 
 def test_an_enqueued_task_runs_on_the_worker_and_its_result_is_stored(tq: str, events: list) -> None:
