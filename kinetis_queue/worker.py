@@ -3,7 +3,8 @@
 It follows the contract's "Worker lifecycle" step by step: pop; start the heartbeat on a
 RenewableQueue; rebuild the job and run handle() (any exception there is the job's own failure);
 stop the heartbeat; settle (recording a final failure first); then report the outcome through
-logs and signals, which are observers and can never change it.
+logs and signals, which are observers and can never change it. A job that raises
+``kinetis_queue.job.Snooze`` is neither a success nor a failure: it is put back (``_snooze``).
 
 For production, ``run()`` also stops on limits (``max_jobs``, ``max_time``, ``memory``), on a
 restart marker, and ``job_timeout`` bounds each attempt; ``run()`` returns why it stopped.
