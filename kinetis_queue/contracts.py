@@ -153,6 +153,16 @@ class Queue(ABC):
         """Queues that hold jobs now, for ``queue_status`` without ``--queue``; None: cannot list."""
         return None
 
+    def queue_known(self, queue: str) -> bool | None:
+        """Whether the store knows ``queue`` (``queue_work``'s start-up note on a likely typo).
+
+        By default: whether ``queue_names()`` lists it now (a queue whose jobs were all settled is
+        not listed); a store that names its queues (SQS: the queue exists; RabbitMQ: it is
+        declared) overrides this. None: the store cannot tell. Creates nothing.
+        """
+        names = self.queue_names()
+        return None if names is None else validate_queue_name(queue) in names
+
     # -- what each backend provides --------------------------------------------------------------
 
     def _metadata(self) -> dict[str, Any]:

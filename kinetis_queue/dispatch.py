@@ -1,15 +1,25 @@
-"""``push_on_commit()``: push from ``transaction.on_commit`` on any backend."""
+"""``push_on_commit()``: push from ``transaction.on_commit`` on any backend.
+
+The hook is registered robustly: a push that fails after the commit is logged (logger
+``kinetis_queue.dispatch``) and sent as ``signals.push_on_commit_failed``, and every later
+on-commit hook of that transaction, the application's own included, still runs.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
 from dataclasses import replace
 
 from django.db import transaction
 
-from kinetis_queue import connections
-from kinetis_queue.envelope import dumps
+from kinetis_queue import connections, signals
+from kinetis_queue.contracts import Queue
+from kinetis_queue.envelope import Envelope, dumps
 from kinetis_queue.job import Job
+
+logger = logging.getLogger("kinetis_queue.dispatch")
 
 
 def push_on_commit(
@@ -25,12 +35,95 @@ def push_on_commit(
 
     Arguments are validated and the job serialized now, so a bad job fails at the call site and the
     job pushed is the one passed here, whatever happens to the object later. Outside a transaction
-    the push happens at once. A push that fails inside the commit hook raises to the code that
-    committed, after the commit: the job then was not stored.
+    the push happens at once and its error raises here. A push that fails inside the commit hook
+    cannot raise to anyone (the transaction is committed): it is logged and reported through
+    ``signals.push_on_commit_failed``, the job was not stored, and the transaction's other hooks run.
     """
     target = connections.queues.default() if connection is None else connections.queues[connection]
     envelope, seconds = target.prepare(job, delay, queue, max_attempts)
     # A copy of the arguments, so changes to the job's lists or dicts before the commit are not pushed.
     envelope = replace(envelope, args=json.loads(dumps(envelope.args)))
-    transaction.on_commit(lambda: target._push(envelope, seconds, queue), using=using)
+    push_after_commit(target, envelope, seconds, queue, using=using)
     return envelope.id
+
+
+def push_after_commit(
+    target: Queue,
+    envelope: Envelope,
+    delay: float,
+    queue: str,
+    *,
+    using: str,
+    on_failure: Callable[[Exception], None] | None = None,
+) -> None:
+    """Store a prepared envelope after the transaction on ``using`` commits, at once outside one.
+
+    At once, a push error raises to the caller. From the commit hook it is reported (log and
+    ``push_on_commit_failed``), then ``on_failure(exception)`` runs; neither can stop later hooks.
+    """
+
+    def push() -> None:
+        target._push(envelope, delay, queue)
+
+    if not transaction.get_connection(using).in_atomic_block:
+        # Django runs the hook at once here (or refuses outside autocommit): errors reach the caller.
+        transaction.on_commit(push, using=using)
+        return
+
+    def hook() -> None:
+        try:
+            push()
+        except Exception as exc:
+            _report(target, envelope, queue, exc)
+            if on_failure is not None:
+                try:
+                    on_failure(exc)
+                except Exception as nested:
+                    _log(
+                        "The failure handler of the push of job %s raised %s (contained)",
+                        envelope.id,
+                        type(nested).__name__,
+                    )
+
+    transaction.on_commit(hook, using=using, robust=True)
+
+
+def _report(target: Queue, envelope: Envelope, queue: str, exc: Exception) -> None:
+    """Log and signal a push that failed after its transaction committed (never argument values)."""
+    from kinetis_queue.failed import scrub, sensitive_values
+    from kinetis_queue.job import display_name
+
+    try:
+        message = scrub(str(exc), sensitive_values(envelope.job_class, envelope.args))
+    except Exception:
+        message = "(message unavailable)"
+    _log(
+        'The push of job %s ("%s") to queue %r on connection %r after the commit failed; the job was not '
+        "stored: %s: %s",
+        envelope.id,
+        display_name(envelope.job_class, envelope.args),
+        queue,
+        target.connection,
+        type(exc).__name__,
+        message,
+    )
+    if not signals.push_on_commit_failed.receivers:
+        return
+    responses = signals.push_on_commit_failed.send_robust(
+        type(target),
+        job_id=envelope.id,
+        job_class=envelope.job_class,
+        queue=queue,
+        connection=target.connection,
+        exception=exc,
+    )
+    for receiver, response in responses:
+        if isinstance(response, Exception):
+            _log("Signal receiver %r raised %s (contained)", receiver, type(response).__name__)
+
+
+def _log(message: str, *args: object) -> None:
+    try:
+        logger.error(message, *args)
+    except Exception:  # noqa: S110  # a broken logging setup must not stop the other hooks
+        pass

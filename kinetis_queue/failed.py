@@ -175,6 +175,8 @@ class FailedJobRow:
     exception_class: str
     attempts: int
     max_attempts: int | None
+    #: What operators see as the job: the task or receiver it carried, else ``job_class`` (shown_class).
+    name: str = ""
 
 
 def list_failed(*, connection: str | None = None, queue: str | None = None, limit: int = MAX_LISTED) -> list[
@@ -189,8 +191,12 @@ def list_failed(*, connection: str | None = None, queue: str | None = None, limi
     if queue is not None:
         records = records.filter(queue=queue)
     fields = ("id", "failed_at", "connection", "queue", "job_class", "exception_class", "attempts", "max_attempts")
-    rows = records.order_by("-failed_at", "-id").values_list(*fields)[: min(limit, MAX_LISTED)]
-    return [FailedJobRow(*row) for row in rows]
+    found = records.order_by("-failed_at", "-id").only(*fields, "args")[: min(limit, MAX_LISTED)]
+    return [
+        FailedJobRow(record.pk, record.failed_at, record.connection, record.queue, record.job_class,
+                     record.exception_class, record.attempts, record.max_attempts, shown_class(record))
+        for record in found
+    ]
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,30 @@ class JobContext:
     max_attempts: int | None
     connection: str | None
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger]
+    #: How many times this job was snoozed before this delivery (see Snooze); 0 on a plain delivery.
+    snoozes: int = 0
+
+
+#: The longest delay a Snooze may ask for, in seconds (the worker's retry ceiling, SQS's delay limit).
+MAX_SNOOZE_DELAY: Final = 900
+
+
+class Snooze(Exception):  # a request to the worker, not an error
+    """Raised from ``handle()``: the job cannot start yet; put it back for ``delay`` seconds.
+
+    A snooze is neither a success nor a failure: the worker stores a replacement of the delivery
+    (same job id, attempts starting over, ``JobContext.snoozes`` one higher) and only then acks
+    this delivery, so the job is never lost and the snooze never counts against the failure cap.
+    The job itself must bound how often it snoozes (``context.snoozes``). ``reason`` is logged:
+    never put an argument's value in it.
+    """
+
+    def __init__(self, delay: float, reason: str) -> None:
+        if type(delay) not in (int, float) or not 0 <= delay <= MAX_SNOOZE_DELAY:
+            raise ValueError(f"a snooze delay must be a number of seconds from 0 to {MAX_SNOOZE_DELAY}")
+        super().__init__(reason)
+        self.delay = float(delay)
+        self.reason = reason
 
 
 #: Longest dotted class path a job can be stored under (the SQL column's width).

@@ -1,4 +1,5 @@
-"""The outcome signals, sent by the worker and nowhere else, after the backend accepted the transition.
+"""The outcome signals, sent by the worker and nowhere else, after the backend accepted the transition
+(and ``push_on_commit_failed``, sent by ``push_on_commit()``).
 
 Receivers run through ``send_robust``: one that raises is logged and never changes the outcome.
 Every signal is sent with ``sender=type(queue)``.
@@ -19,3 +20,8 @@ job_failed_permanently = Signal()
 #: The backend refused the settlement as stale; nothing was written.
 #: provides: job, connection, operation (JobSettlement), error (StaleJobHandleError), exception (job's own, or None)
 job_settlement_lost = Signal()
+
+#: Sent by ``push_on_commit()`` (not the worker) when its push failed inside the commit hook: the
+#: transaction committed but the job was not stored. ``sender`` is the queue's class.
+#: provides: job_id, job_class (stored dotted path), queue, connection, exception
+push_on_commit_failed = Signal()

@@ -1,9 +1,9 @@
 """The result store behind ``kinetis_queue.tasks``: one row per enqueued django.tasks task.
 
 Kept apart from ``tasks.py`` so the model never imports ``django.tasks`` (absent on Django 5.2).
-Every write made by a run is fenced by that run's delivery attempt: a run whose lease was reclaimed
-(a lower attempt than the row's) can neither overwrite nor append to the result of the run that
-replaced it (issue 8, "Writes are fenced by the delivery").
+Every write made by a run is fenced by that run's job id and delivery attempt: a run whose lease was
+reclaimed (a lower attempt than the row's) can neither overwrite nor append to the result of the run
+that replaced it (issue 8, "Writes are fenced by the delivery"); a retry (a new job id) takes over.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ class TaskResultRecord(models.Model):
     return_value = models.JSONField(null=True)
     #: The delivery attempt that last started a run: the fence for every later write.
     attempt = models.IntegerField(default=0)
+    #: The queue job id of that run (None before any run): a retry of a job that failed for good is
+    #: a new job, whose attempts count from 1 again, and it takes the row over (tasks._owns).
+    job_id = models.CharField(max_length=32, null=True)  # noqa: DJ001  # None: no run started yet
 
     class Meta:
         db_table = "kinetis_queue_task_results"

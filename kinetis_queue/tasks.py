@@ -19,15 +19,16 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 from django.core import checks
-from django.db import transaction
+from django.db import router, transaction
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 from django.utils.module_loading import import_string
 
 from kinetis_queue import conf, connections, signals
-from kinetis_queue.contracts import QueuedJob
+from kinetis_queue.contracts import Queue, QueuedJob
+from kinetis_queue.dispatch import push_after_commit
 from kinetis_queue.exceptions import JobReconstructionError, KinetisQueueError
-from kinetis_queue.job import Job, JobContext, Sensitive, _inside_installed_app
+from kinetis_queue.job import Job, JobContext, Sensitive, Snooze, _inside_installed_app
 from kinetis_queue.task_results import TaskResultRecord
 from kinetis_queue.tasks_compat import (
     BaseTaskBackend,
@@ -53,6 +54,15 @@ if TYPE_CHECKING:  # the stubs make Task generic; the runtime classes are not su
 
 #: This process's worker id, recorded in worker_ids for every run it starts (at most 64 characters).
 WORKER_ID = f"{socket.gethostname()[:40]}:{os.getpid()}"
+#: Default of ``OPTIONS["RESULT_ROW_WAIT"]``: seconds a delivery snoozes, in all, waiting for its result
+#: row to become visible before it fails with ResultRowMissingError.
+RESULT_ROW_WAIT = 60
+#: The longest single snooze while waiting for the result row (they double from 1 s up to this).
+MAX_ROW_SNOOZE = 15
+
+
+class ResultRowMissingError(KinetisQueueError):
+    """A RunTask delivery found no result row, and waiting for it (``RESULT_ROW_WAIT``) did not help."""
 
 
 class KinetisTaskBackend(BaseTaskBackend):
@@ -86,14 +96,28 @@ class KinetisTaskBackend(BaseTaskBackend):
         except KinetisQueueError:
             return []  # an invalid KINETIS_QUEUE is reported once, as kinetis_queue.E001
         name = loaded.default_connection if self.connection is None else self.connection
+        errors: list[checks.CheckMessage] = []
         if name not in loaded.connections:
-            return [checks.Error(
+            errors.append(checks.Error(
                 f"TASKS[{self.alias!r}]['OPTIONS']['CONNECTION'] names {name!r}, which is not in "
                 "KINETIS_QUEUE['CONNECTIONS']", id="kinetis_queue.E101",
-            )]
-        return []
+            ))
+        wait = self.options.get("RESULT_ROW_WAIT", RESULT_ROW_WAIT)
+        if type(wait) not in (int, float) or not 0 <= wait < float("inf"):
+            errors.append(checks.Error(
+                f"TASKS[{self.alias!r}]['OPTIONS']['RESULT_ROW_WAIT'] must be a number of seconds, 0 or more",
+                id="kinetis_queue.E102",
+            ))
+        return errors
 
     def enqueue(self, task: Task[_P, _R], args: Any, kwargs: Any) -> TaskResult[_P, _R]:
+        """Store the READY result row, then push the job; returns the result at once.
+
+        Inside a transaction on the row's database the push waits for its commit (a worker must
+        never pop a job whose row it cannot see), except on the SQL backend storing jobs in that
+        same database, where the push is part of the transaction. A push that fails in the commit
+        hook marks the result FAILED and is reported like any ``push_on_commit`` (log and signal).
+        """
         self.validate_task(task)
         # What the worker receives is exactly what enqueue() returns: a strict JSON round trip.
         # Like Django's own backends, an unsupported type raises TypeError (NaN: ValueError).
@@ -107,17 +131,22 @@ class KinetisTaskBackend(BaseTaskBackend):
         job = RunTask(task.module_path, args, kwargs, result_id, self.alias)
         # Validate the push (queue name, delay ceiling, argument contract) before any write.
         envelope, seconds = queue.prepare(job, delay, task.queue_name)
-        TaskResultRecord.objects.create(
+        alias = router.db_for_write(TaskResultRecord)
+        TaskResultRecord.objects.using(alias).create(
             id=result_id, task_path=task.module_path, backend=self.alias, queue_name=task.queue_name,
             priority=task.priority, run_after=task.run_after, status=TaskResultStatus.READY, enqueued_at=now,
             args=args, kwargs=kwargs,
         )
-        try:
-            queue._push(envelope, seconds, task.queue_name)
-        except BaseException:
-            TaskResultRecord.objects.filter(pk=result_id).delete()
-            raise
-        result = _to_result(TaskResultRecord.objects.get(pk=result_id), task)
+        if transaction.get_connection(alias).in_atomic_block and not _stores_jobs_in(queue, alias):
+            push_after_commit(queue, envelope, seconds, task.queue_name, using=alias,
+                              on_failure=lambda exc: _push_failed(result_id, exc))
+        else:
+            try:
+                queue._push(envelope, seconds, task.queue_name)
+            except BaseException:
+                TaskResultRecord.objects.using(alias).filter(pk=result_id).delete()
+                raise
+        result = _to_result(TaskResultRecord.objects.using(alias).get(pk=result_id), task)
         task_enqueued.send(type(self), task_result=result)
         return result  # type: ignore[return-value]  # built from this very task: same _P and _R
 
@@ -143,6 +172,34 @@ def _load_task(path: str) -> AnyTask:
     return task
 
 
+def _stores_jobs_in(queue: Queue, alias: str) -> bool:
+    """Whether ``queue`` writes its jobs through Django's connection for ``alias`` (the SQL backend
+    on that database): then a push inside ``atomic()`` commits or rolls back with the result row."""
+    from kinetis_queue.backends.sql import SqlQueue
+
+    return isinstance(queue, SqlQueue) and queue.database == alias
+
+
+def _push_failed(result_id: str, exc: Exception) -> None:
+    """The commit hook could not push the task: its committed READY result becomes FAILED, with why."""
+    error = {
+        "exception_class_path": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "traceback": "The task was not pushed after the enqueueing transaction committed:\n"
+        + "".join(traceback.format_exception(exc)),
+    }
+    alias = router.db_for_write(TaskResultRecord)
+    with transaction.atomic(using=alias):
+        record = TaskResultRecord.objects.using(alias).select_for_update().filter(pk=result_id).first()
+        if record is None or record.status != TaskResultStatus.READY:
+            return
+        record.status = TaskResultStatus.FAILED
+        record.finished_at = timezone.now()
+        record.errors = [*record.errors, error]
+        record.save()
+    task = _load_task(record.task_path)
+    task_finished.send(sender=type(task.get_backend()), task_result=_to_result(record, task))
+
+
 def _to_result(record: TaskResultRecord, task: AnyTask) -> AnyTaskResult:
     changes: dict[str, Any] = {"queue_name": record.queue_name, "backend": record.backend}
     if record.run_after is not None:
@@ -166,15 +223,46 @@ def _to_result(record: TaskResultRecord, task: AnyTask) -> AnyTaskResult:
     return result
 
 
-def _fenced_update(result_id: str, attempt: int, change: Callable[[TaskResultRecord], None]) -> TaskResultRecord | None:
-    """Apply ``change`` to the row if this run (``attempt``) still owns it; None when it does not."""
-    with transaction.atomic():
-        record = TaskResultRecord.objects.select_for_update().filter(pk=result_id).first()
-        if record is None or record.attempt > attempt:
+def _owns(record: TaskResultRecord, job_id: str, attempt: int, *, starting: bool) -> bool:
+    """Whether the run (``job_id``, delivery ``attempt``) may write ``record``: the fence.
+
+    The row belongs to the job that last started a run on it (``record.job_id``; None before any
+    run). Within one job a later delivery attempt takes over from an earlier one, never the reverse.
+    A different job (a retry of one that failed for good, with a new id and attempts from 1 again)
+    takes the row over when it starts a run, unless the row is RUNNING under its job or SUCCESSFUL.
+    """
+    if record.job_id is None or record.job_id == job_id:
+        return record.attempt <= attempt
+    return starting and record.status in (TaskResultStatus.READY, TaskResultStatus.FAILED)
+
+
+def _fenced_update(
+    result_id: str, job_id: str, attempt: int, change: Callable[[TaskResultRecord], None], *, starting: bool = False
+) -> TaskResultRecord | None:
+    """Apply ``change`` to the row if this run still owns it (see _owns); None when it does not."""
+    alias = router.db_for_write(TaskResultRecord)
+    with transaction.atomic(using=alias):
+        record = TaskResultRecord.objects.using(alias).select_for_update().filter(pk=result_id).first()
+        if record is None or not _owns(record, job_id, attempt, starting=starting):
             return None
         change(record)
         record.save()
         return record
+
+
+def row_snooze_delay(snoozes: int) -> float:
+    """The delay of the snooze after ``snoozes`` earlier ones, waiting for a result row: 1, 2, 4 ... 15 s."""
+    return float(min(MAX_ROW_SNOOZE, 2 ** min(snoozes, 10)))
+
+
+def _row_wait(backend: str) -> float:
+    """``OPTIONS["RESULT_ROW_WAIT"]`` of the TASKS backend the task was enqueued through."""
+    from django.conf import settings
+
+    options = getattr(settings, "TASKS", {}).get(backend, {}).get("OPTIONS", {})
+    value = options.get("RESULT_ROW_WAIT", RESULT_ROW_WAIT)
+    # A bad value is reported by the system check (kinetis_queue.E102); here the default applies.
+    return float(value) if type(value) in (int, float) and 0 <= value < float("inf") else float(RESULT_ROW_WAIT)
 
 
 class RunTask(Job):
@@ -200,15 +288,26 @@ class RunTask(Job):
         now = timezone.now()
 
         def start(record: TaskResultRecord) -> None:
+            if record.job_id != context.id:  # the first run of this job: a retry starts afresh
+                record.finished_at = None
+                record.return_value = None
+            record.job_id = context.id
             record.attempt = context.attempts
             record.status = TaskResultStatus.RUNNING
             record.started_at = record.started_at or now
             record.last_attempted_at = now
             record.worker_ids = [*record.worker_ids, WORKER_ID]  # before the run: context.attempt counts it
 
-        record = _fenced_update(self.result_id, context.attempts, start)
+        record = _fenced_update(self.result_id, context.id, context.attempts, start, starting=True)
         if record is None:
-            context.logger.warning("task result %s belongs to a later delivery; this one does not run", self.result_id)
+            if not TaskResultRecord.objects.using(router.db_for_write(TaskResultRecord)).filter(
+                pk=self.result_id
+            ).exists():
+                self._wait_for_row(context)
+            context.logger.warning(
+                "task result %s belongs to another delivery (running, finished or later); this one does not run",
+                self.result_id,
+            )
             return
         backend_class = type(task.get_backend())
         result = _to_result(record, task)
@@ -219,13 +318,13 @@ class RunTask(Job):
         except KeyboardInterrupt:
             raise
         except BaseException as exc:
-            self._record_error(context.attempts, exc, status=TaskResultStatus.READY)
+            self._record_error(context, exc, status=TaskResultStatus.READY)
             raise
         try:
             stored = json.loads(json.dumps(normalize_json(value), allow_nan=False))
         except (TypeError, ValueError) as exc:
             # The task's effects already happened: a value we cannot store is a final failure, not a retry.
-            record = self._record_error(context.attempts, exc, status=TaskResultStatus.FAILED)
+            record = self._record_error(context, exc, status=TaskResultStatus.FAILED)
             if record is not None:
                 task_finished.send(sender=backend_class, task_result=_to_result(record, task))
             return
@@ -235,11 +334,26 @@ class RunTask(Job):
             record.finished_at = timezone.now()
             record.return_value = stored
 
-        record = _fenced_update(self.result_id, context.attempts, succeed)
+        record = _fenced_update(self.result_id, context.id, context.attempts, succeed)
         if record is not None:
             task_finished.send(sender=backend_class, task_result=_to_result(record, task))
 
-    def _record_error(self, attempt: int, exc: BaseException, *, status: str) -> TaskResultRecord | None:
+    def _wait_for_row(self, context: JobContext) -> None:
+        """No result row (yet): snooze while RESULT_ROW_WAIT allows, then fail with the reason.
+
+        The row is written before the push, or in the same transaction, so a missing row is a
+        commit still in flight (or a replica behind), a rolled-back transaction or a deleted row.
+        Acking would lose the task; a snooze does not count against the failure cap.
+        """
+        waited = sum(row_snooze_delay(n) for n in range(context.snoozes))
+        if waited < _row_wait(self.backend):
+            raise Snooze(row_snooze_delay(context.snoozes), f"task result {self.result_id} is not visible yet")
+        raise ResultRowMissingError(
+            f"the task result row {self.result_id} never became visible (waited {waited:g}s over "
+            f"{context.snoozes} snooze(s)): the enqueueing transaction rolled back or the row was deleted"
+        )
+
+    def _record_error(self, context: JobContext, exc: BaseException, *, status: str) -> TaskResultRecord | None:
         error = {
             "exception_class_path": f"{type(exc).__module__}.{type(exc).__qualname__}",
             "traceback": "".join(traceback.format_exception(exc)),
@@ -251,7 +365,7 @@ class RunTask(Job):
             if status == TaskResultStatus.FAILED:
                 record.finished_at = timezone.now()
 
-        return _fenced_update(self.result_id, attempt, fail)
+        return _fenced_update(self.result_id, context.id, context.attempts, fail)
 
 
 _RUN_TASK = f"{RunTask.__module__}.{RunTask.__qualname__}"
@@ -266,7 +380,7 @@ def _on_failed_permanently(sender: Any, job: QueuedJob, **kwargs: Any) -> None:
         record.status = TaskResultStatus.FAILED
         record.finished_at = record.finished_at or timezone.now()
 
-    record = _fenced_update(job.args["result_id"], job.attempts, finish)
+    record = _fenced_update(job.args["result_id"], job.id, job.attempts, finish)
     if record is not None:
         task = _load_task(record.task_path)
         task_finished.send(sender=type(task.get_backend()), task_result=_to_result(record, task))

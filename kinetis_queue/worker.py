@@ -3,7 +3,8 @@
 It follows the contract's "Worker lifecycle" step by step: pop; start the heartbeat on a
 RenewableQueue; rebuild the job and run handle() (any exception there is the job's own failure);
 stop the heartbeat; settle (recording a final failure first); then report the outcome through
-logs and signals, which are observers and can never change it.
+logs and signals, which are observers and can never change it. A job that raises
+``kinetis_queue.job.Snooze`` is neither a success nor a failure: it is put back (``_snooze``).
 
 For production, ``run()`` also stops on limits (``max_jobs``, ``max_time``, ``memory``), on a
 restart marker, and ``job_timeout`` bounds each attempt; ``run()`` returns why it stopped.
@@ -28,7 +29,7 @@ from django.db import connections
 
 from kinetis_queue import crashpoints, signals
 from kinetis_queue.contracts import JobSettlement, Queue, QueuedJob, RenewableQueue
-from kinetis_queue.envelope import dumps
+from kinetis_queue.envelope import Envelope, dumps
 from kinetis_queue.exceptions import (
     InvalidQueueArgumentError,
     JobTimeoutError,
@@ -38,7 +39,7 @@ from kinetis_queue.exceptions import (
 )
 from kinetis_queue.failed import FailedJobRecorder, ModelRecorder, scrub, sensitive_values
 from kinetis_queue.heartbeat import Heartbeat, RenewalReport
-from kinetis_queue.job import JobContext, call_handle
+from kinetis_queue.job import JobContext, Snooze, call_handle, display_name
 from kinetis_queue.serializer import deserialize_job, redacted_args
 from kinetis_queue.validation import validate_timeout
 
@@ -90,6 +91,8 @@ class JobOutcome(StrEnum):
     RELEASED = "released"
     FAILED = "failed"
     LOST = "lost"
+    #: The job raised Snooze: a replacement was stored, then this delivery acked (kinetis_queue.job.Snooze).
+    SNOOZED = "snoozed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +108,10 @@ class JobReport:
     duration: float
     #: The job's exception class name, on a failure.
     error: str | None = None
-    #: The retry delay, when released.
+    #: The retry delay, when released; the snooze delay, when snoozed.
     delay: float | None = None
+    #: What operators see the job as: the task or receiver it carries, else ``job_class``.
+    name: str = ""
 
 
 def resident_memory_mb() -> float:
@@ -132,9 +137,24 @@ def retry_delay(attempt: int, base: float) -> float:
     return float(min(MAX_RETRY_DELAY, base * 2 ** min(max(attempt, 1) - 1, MAX_RETRY_EXPONENT)))
 
 
+def attempt_of(attempt: int, cap: int) -> str:
+    """"attempt 2 of 3" for a log line, worded so that a cap of 0 never reads "attempt 1 of 0"."""
+    if cap == 0:
+        return f"attempt {attempt}; no retries: max attempts is 0"
+    if attempt > cap:
+        return f"attempt {attempt}, past the cap of {cap}"
+    return f"attempt {attempt} of {cap}"
+
+
+def _name(job: QueuedJob) -> str:
+    """What lines about ``job`` call it: the task or receiver it carries, else its class path."""
+    return display_name(job.job_class, job.args)
+
+
 def _describe(job: QueuedJob) -> dict[str, Any]:
     """The job's log context: what every log record about it carries (never its arguments)."""
-    return {"job_class": job.job_class, "queue": job.queue, "job_id": job.id, "attempt": job.attempts}
+    return {"job_class": job.job_class, "job_name": _name(job), "queue": job.queue, "job_id": job.id,
+            "attempt": job.attempts}
 
 
 class Worker:
@@ -325,9 +345,11 @@ class Worker:
         if self._heartbeat is not None:
             self._heartbeat.start(job)
         error: Exception | None = None
+        snoozed: Snooze | None = None
         try:
             instance = deserialize_job(job.job_class, job.args)
-            context = JobContext(job.id, job.queue, job.attempts, job.max_attempts, self.connection, job_log)
+            context = JobContext(job.id, job.queue, job.attempts, job.max_attempts, self.connection, job_log,
+                                 snoozes=snoozes_of(job))
             # Per-job hygiene: handle() runs in a copy of the worker's context, so whatever it
             # activates through context variables (Django's translation and time zone, any
             # asgiref Local) ends with it and never reaches the next job.
@@ -336,6 +358,8 @@ class Worker:
                 run(call_handle, instance, context)
             else:
                 run(self._call_with_timeout, instance, context, self.job_timeout)
+        except Snooze as snooze:
+            snoozed = snooze
         except Exception as exc:
             error = exc
         finally:
@@ -345,7 +369,9 @@ class Worker:
             _reset_connections()
             self._hygiene_due = time.monotonic() + HYGIENE_FRESH_FOR
         crashpoints.reach("after_handle")
-        if error is None:
+        if snoozed is not None:
+            outcome, delay = self._snooze(job, snoozed, report), snoozed.delay
+        elif error is None:
             outcome = self._settle(job, JobSettlement.ACK, None, report, log_context=log_context)
             delay = None
         else:
@@ -401,10 +427,40 @@ class Worker:
         try:
             self.reporter(
                 JobReport(job.job_class, job.queue, job.id, job.attempts, outcome, duration,
-                          None if error is None else type(error).__name__, delay)
+                          None if error is None else type(error).__name__, delay, _name(job))
             )
         except Exception as exc:
             _contained(logger.error, "The job reporter raised %s (contained)", type(exc).__name__)
+
+    def _snooze(self, job: QueuedJob, snooze: Snooze, report: RenewalReport | None) -> JobOutcome:
+        """Store the delivery's replacement (same id, attempts over, one more snooze), then ack it.
+
+        The order is RabbitMQ's own release (publish, then settle): a crash in between leaves two
+        copies, never none. A failing push propagates with this delivery unsettled (redelivered).
+        """
+        metadata = {**job.metadata, SNOOZES_KEY: snoozes_of(job) + 1}
+        replacement = Envelope(job.id, time.time(), job.job_class, job.args, 0, job.max_attempts, metadata)
+        try:
+            self.queue._push(replacement, snooze.delay, job.queue)
+            try:
+                self.queue.ack(job)
+            except StaleJobHandleError as stale:
+                _contained(
+                    logger.warning, 'Job "%s" (attempt %d): ack() after its snooze was refused as stale; another '
+                    "delivery owns it", _name(job), job.attempts, extra=_describe(job),
+                )
+                self._send(signals.job_settlement_lost, job, operation=JobSettlement.ACK, error=stale, exception=None)
+                return JobOutcome.LOST
+            _contained(logger.info, 'Job "%s" snoozed (attempt %d), back in %gs: %s', _name(job), job.attempts,
+                       snooze.delay, snooze.reason, extra=_describe(job))
+            self._send(signals.job_released, job, exception=snooze, delay=snooze.delay)
+            return JobOutcome.SNOOZED
+        finally:
+            if report is not None and report.failures:
+                _contained(
+                    logger.error, 'Job "%s" (attempt %d): %d lease renewal(s) failed; last: %r',
+                    _name(job), job.attempts, report.failures, report.last_error, extra=_describe(job),
+                )
 
     def _settle_failure(
         self, job: QueuedJob, error: Exception, report: RenewalReport | None
@@ -415,12 +471,12 @@ class Worker:
             delay = retry_delay(job.attempts, self.retry_base_delay)
             _contained(
                 logger.warning, 'Job "%s" failed (attempt %d), retrying in %gs: %s: %s',
-                job.job_class, job.attempts, delay, type(error).__name__, message, extra=_describe(job),
+                _name(job), job.attempts, delay, type(error).__name__, message, extra=_describe(job),
             )
             return self._settle(job, JobSettlement.RELEASE, error, report, delay=delay), delay
         _contained(
-            logger.error, 'Job "%s" failed permanently (attempt %d of %d): %s: %s; arguments: %s',
-            job.job_class, job.attempts, cap, type(error).__name__, message, _redacted(job),
+            logger.error, 'Job "%s" failed permanently (%s): %s: %s; arguments: %s',
+            _name(job), attempt_of(job.attempts, cap), type(error).__name__, message, _redacted(job),
             extra=_describe(job),
         )
         # Contract, "Recording a job before fail()": a record() error propagates, nothing is settled.
@@ -450,12 +506,12 @@ class Worker:
             except StaleJobHandleError as stale:
                 _contained(
                     logger.warning, 'Job "%s" (attempt %d): %s() was refused as stale; another delivery owns it',
-                    job.job_class, job.attempts, operation.value, extra=_describe(job),
+                    _name(job), job.attempts, operation.value, extra=_describe(job),
                 )
                 self._send(signals.job_settlement_lost, job, operation=operation, error=stale, exception=error)
                 return JobOutcome.LOST
             if operation is JobSettlement.ACK:
-                _contained(logger.info, 'Job "%s" succeeded (attempt %d)', job.job_class, job.attempts,
+                _contained(logger.info, 'Job "%s" succeeded (attempt %d)', _name(job), job.attempts,
                            extra=log_context or _describe(job))
                 self._send(signals.job_succeeded, job)
                 return JobOutcome.SUCCEEDED
@@ -471,7 +527,7 @@ class Worker:
             if report is not None and report.failures:
                 _contained(
                     logger.error, 'Job "%s" (attempt %d): %d lease renewal(s) failed; last: %r',
-                    job.job_class, job.attempts, report.failures, report.last_error, extra=_describe(job),
+                    _name(job), job.attempts, report.failures, report.last_error, extra=_describe(job),
                 )
 
     def _send(self, signal_: Any, job: QueuedJob, **kwargs: Any) -> None:
@@ -488,6 +544,16 @@ class Worker:
             if isinstance(response, BaseException):
                 _contained(logger.error, "Signal receiver %r raised %s (contained)", receiver,
                            type(response).__name__, extra=_describe(job))
+
+
+#: The metadata key counting a job's snoozes (kinetis_queue.job.Snooze); absent on a plain push.
+SNOOZES_KEY: Final = "kinetis_queue.snoozes"
+
+
+def snoozes_of(job: QueuedJob) -> int:
+    """How many times ``job`` was snoozed before this delivery (0 when its metadata does not say)."""
+    value = job.metadata.get(SNOOZES_KEY, 0)
+    return value if type(value) is int and value >= 0 else 0
 
 
 def _redacted_args(job: QueuedJob) -> dict[str, Any]:

@@ -57,3 +57,12 @@ def hangs_on_first_attempt(context: TaskContext, marker: str) -> int:
         Path(marker).write_text("running")
         time.sleep(600)
     return context.attempt
+
+
+@task(takes_context=True)
+def fails_twice(context: TaskContext) -> int:
+    """Fails on its first two runs; ``context.attempt`` counts every run, across retries too."""
+    SEEN.append(("fails_twice", context.attempt))
+    if context.attempt <= 2:
+        raise RuntimeError("fails on the first two runs")
+    return context.attempt

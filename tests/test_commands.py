@@ -125,3 +125,58 @@ def test_queue_clear_checks_the_capability_first() -> None:
         with pytest.raises(CommandError, match="cannot clear: it is not a ClearableQueue"):
             run("queue_clear", "--queue=x")
 
+
+
+def run_both(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command(*args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_stop_when_empty_says_how_many_delayed_or_retrying_jobs_it_left_behind(queue_name: str) -> None:
+    """Issue 12 item 12: --stop-when-empty does not wait for delayed jobs, and now says so."""
+    queue = queues["sqlite"]
+    queue.push(jobs.Noop(), queue=queue_name, delay=3600)
+    queue.push(jobs.Fails(), queue=queue_name, max_attempts=2)
+    output = run("queue_work", "--connection=sqlite", f"--queue={queue_name}", "--stop-when-empty", "--sleep=0.2",
+                 "--backoff=600")
+    lines = output.splitlines()
+    assert lines[-2] == "Worker stopped (empty) after 1 job(s)."
+    assert lines[-1] == "Left behind: 2 delayed or retrying job(s); --stop-when-empty does not wait for them."
+    queues.clearable("sqlite").clear(queue_name)
+
+
+def test_queue_work_notes_a_queue_nothing_was_ever_pushed_to(queue_name: str) -> None:
+    """A typo in --queue would otherwise idle silently: the start says so, naming the known queues."""
+    from kinetis_queue.models import FailedJob
+
+    queues["sqlite"].push(jobs.Noop(), queue=queue_name)
+    typo = queue_name + "x"
+    out, err = run_both("queue_work", "--connection=sqlite", f"--queue={queue_name},{typo}", "--stop-when-empty",
+                        "--sleep=0.2")
+    notes = [line for line in err.splitlines() if line.startswith("Note:")]
+    assert len(notes) == 1
+    assert notes[0].startswith(f"Note: nothing was ever pushed to queue '{typo}' on connection 'sqlite' as far as "
+                               "the sql backend can tell (known queues: ")
+    assert queue_name in notes[0] and notes[0].endswith("a typo in --queue? Watching it anyway.")
+    assert "Worker stopped (empty) after 1 job(s)." in out  # and it kept working
+    # A queue a failed job names is known, even with nothing waiting on it.
+    FailedJob.objects.create(connection="sqlite", queue=typo, job_id="0" * 32, job_class="tests.jobs.Noop",
+                             args="{}", attempts=1, exception_class="builtins.RuntimeError")
+    _, err = run_both("queue_work", "--connection=sqlite", f"--queue={typo}", "--once", "--sleep=0.2")
+    assert "Note:" not in err
+
+
+@pytest.mark.trait("stores_jobs")
+def test_queue_known_tells_a_queue_pushed_to_from_one_never_used(connection: Any, queue_name: str) -> None:
+    """Per store: SQL and Redis, a job is there; SQS, the queue exists; RabbitMQ, it is declared."""
+    import uuid
+
+    never = "u" + uuid.uuid4().hex[:20]  # outside the test's names: the SQS test support creates none for it
+    assert connection.queue_known(never) is False
+    connection.push(jobs.Noop(), queue=queue_name)
+    assert connection.queue_known(queue_name) is True
+    assert connection.queue_known(never) is False  # asking created nothing
+    job = connection.pop(5, [queue_name])
+    assert job is not None
+    connection.ack(job)

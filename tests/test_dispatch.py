@@ -88,3 +88,60 @@ def test_push_on_commit_pushes_the_arguments_as_they_were_at_the_call() -> None:
         push_on_commit(jobs.Records("x", items), connection="sync")
         items.append(3)
     assert jobs.CALLS[0][2] == [1, 2]
+
+
+#: A connection whose store nothing listens for: every push to it fails (ConnectionFailedError).
+DEAD_STORE = {"BACKEND": "redis", "URL": "redis://127.0.0.1:9/0"}
+
+
+def test_a_failing_push_on_commit_keeps_the_later_hooks_and_is_reported(
+    queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 12 item 8: a push that fails in its commit hook neither stops the application's own later
+    hooks nor goes unnoticed: it is logged and sent as signals.push_on_commit_failed."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    from kinetis_queue import signals
+
+    reported: list[dict[str, object]] = []
+
+    def receiver(sender: object, **kwargs: object) -> None:
+        reported.append(kwargs)
+
+    signals.push_on_commit_failed.connect(receiver)
+    ran: list[str] = []
+    setting = {**settings.KINETIS_QUEUE, "CONNECTIONS": {**settings.KINETIS_QUEUE["CONNECTIONS"], "dead": DEAD_STORE}}
+    try:
+        with override_settings(KINETIS_QUEUE=setting), caplog.at_level("ERROR", logger="kinetis_queue"):
+            with transaction.atomic():
+                job_id = push_on_commit(jobs.Fails("label", token="SECRET-TOKEN-VALUE"), queue=queue_name,
+                                        connection="dead")
+                push_on_commit(jobs.Noop(), queue=queue_name, connection="sqlite")
+                transaction.on_commit(lambda: ran.append("application hook"))
+    finally:
+        signals.push_on_commit_failed.disconnect(receiver)
+    assert ran == ["application hook"]
+    # The hook after the failing push ran too: its job is stored.
+    job = queues["sqlite"].pop(5, [queue_name])
+    assert job is not None and job.job_class == "tests.jobs.Noop"
+    queues["sqlite"].ack(job)
+    assert len(reported) == 1
+    assert reported[0]["job_id"] == job_id and reported[0]["queue"] == queue_name
+    assert reported[0]["connection"] == "dead" and reported[0]["job_class"] == "tests.jobs.Fails"
+    assert type(reported[0]["exception"]).__name__ == "ConnectionFailedError"
+    failures = [r for r in caplog.records if r.name == "kinetis_queue.dispatch"]
+    assert len(failures) == 1 and job_id in failures[0].getMessage()
+    assert "ConnectionFailedError" in failures[0].getMessage()
+    assert "SECRET-TOKEN-VALUE" not in caplog.text
+
+
+def test_push_on_commit_outside_a_transaction_raises_at_the_call(queue_name: str) -> None:
+    from django.conf import settings
+    from django.test import override_settings
+
+    from kinetis_queue.exceptions import ConnectionFailedError
+
+    setting = {**settings.KINETIS_QUEUE, "CONNECTIONS": {**settings.KINETIS_QUEUE["CONNECTIONS"], "dead": DEAD_STORE}}
+    with override_settings(KINETIS_QUEUE=setting), pytest.raises(ConnectionFailedError):
+        push_on_commit(jobs.Noop(), queue=queue_name, connection="dead")

@@ -26,7 +26,7 @@ from kinetis_queue.exceptions import (
     QueueConfigurationError,
 )
 from kinetis_queue.job import Job
-from kinetis_queue.validation import MAX_COUNTER, validate_queue_list, validate_timeout
+from kinetis_queue.validation import MAX_COUNTER, validate_queue_list, validate_queue_name, validate_timeout
 
 #: SendMessage's DelaySeconds ceiling (contract: "Delayed jobs").
 MAX_DELAY = 900
@@ -42,6 +42,8 @@ MAX_SQS_NAME = 80
 CONNECT_TIMEOUT = 5
 READ_TIMEOUT = 20
 #: The message attributes this backend writes; at most two of SQS's ten.
+#: The error codes GetQueueUrl answers for a queue that does not exist (query and JSON protocols).
+NONEXISTENT_QUEUE_CODES = frozenset(("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"))
 MAX_ATTEMPTS_ATTRIBUTE = "maxAttempts"
 METADATA_ATTRIBUTE = "metadata"
 #: The keys of a message body: the job, its id and when it was pushed.
@@ -341,6 +343,16 @@ class SqsQueue(RenewableQueue, DisposableQueue):
                 f"SQS names are at most {MAX_SQS_NAME} characters"
             )
         return name
+
+    def queue_known(self, queue: str) -> bool:
+        """Whether the SQS queue exists (GetQueueUrl); other errors propagate."""
+        try:
+            self._url(validate_queue_name(queue))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in NONEXISTENT_QUEUE_CODES:
+                return False
+            raise
+        return True
 
     def _url(self, queue: str) -> str:
         """The queue's URL, from GetQueueUrl once per instance; no queue is ever created."""

@@ -286,6 +286,21 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             )
             return removed + int(session.publisher.queue_purge(queue))
 
+    def queue_known(self, queue: str) -> bool:
+        """Whether the broker has ``queue`` declared: a passive declare on a channel of its own (the
+        broker closes that channel when the queue is missing); declares nothing."""
+        validate_queue_name(queue)
+        with self._using() as session:
+            channel = session.connection.channel()
+            try:
+                channel.queue_declare(queue, passive=True)
+            except amqp.exceptions.NotFound:
+                return False
+            finally:
+                if channel.is_open:
+                    channel.close()
+        return True
+
     def delete(self, queue: str) -> None:
         """Delete ``queue``, its delay ladder and the ladder's exchanges, with everything they hold.
 

@@ -12,7 +12,8 @@ from kinetis_queue.management.commands._arguments import connection_name, queue_
 
 class Command(BaseCommand):
     help = (
-        f"List the newest failed jobs (at most {failed.MAX_LISTED}): id, time, connection, queue, class, "
+        f"List the newest failed jobs (at most {failed.MAX_LISTED}): id, time, connection, queue, class (a task's "
+        "or queued receiver's own name), "
         "exception class and attempts. Never the arguments or the exception message."
     )
 
@@ -31,7 +32,7 @@ class Command(BaseCommand):
             attempts = f"{row.attempts}/{row.max_attempts}" if row.max_attempts is not None else str(row.attempts)
             table.append((
                 str(row.id), row.failed_at.strftime("%Y-%m-%d %H:%M:%S"), row.connection or "(default)",
-                row.queue, row.job_class, row.exception_class.rpartition(".")[2], attempts,
+                row.queue, row.name or row.job_class, row.exception_class.rpartition(".")[2], attempts,
             ))
         widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
         for line in table:

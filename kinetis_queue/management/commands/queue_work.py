@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kinetis_queue import conf, connections
-from kinetis_queue.contracts import DisposableQueue, RenewableQueue
+from kinetis_queue.contracts import DisposableQueue, Queue, RenewableQueue
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import (
     connection_name,
@@ -20,7 +20,7 @@ from kinetis_queue.management.commands._arguments import (
     queue_list,
 )
 from kinetis_queue.restart import marker_for
-from kinetis_queue.worker import MAX_RETRY_DELAY, JobOutcome, JobReport, Worker
+from kinetis_queue.worker import MAX_RETRY_DELAY, ExitReason, JobOutcome, JobReport, Worker
 
 # Kept under their old names: queue_clear and other code import them from here.
 _queue_list = queue_list
@@ -109,6 +109,8 @@ class Command(BaseCommand):
                     f"Worker on connection {settings.name!r} ({settings.backend}) watching "
                     f"{', '.join(queues)}; stop with Ctrl-C or SIGTERM."
                 )
+                for note in _unknown_queue_notes(queue, settings.name, queues):
+                    self.stderr.write(note)
                 if job_timeout is not None and isinstance(queue, RenewableQueue) \
                         and job_timeout >= queue.visibility_timeout():
                     self.stderr.write(
@@ -129,6 +131,8 @@ class Command(BaseCommand):
                 ) from exc
             if verbosity >= 1:
                 self._say(f"Worker stopped ({reason}) after {worker.processed} job(s).")
+                if reason is ExitReason.EMPTY and options["stop_when_empty"]:
+                    self._say(_left_behind(queue, queues))
         finally:
             worker.close()
             if isinstance(queue, DisposableQueue):
@@ -156,14 +160,17 @@ class Command(BaseCommand):
         detail = ""
         if report.error is not None:
             detail = f" ({report.error}" + (f", retry in {report.delay:g}s)" if report.delay is not None else ")")
+        elif report.outcome is JobOutcome.SNOOZED and report.delay is not None:
+            detail = f" (back in {report.delay:g}s)"
         style = {
             JobOutcome.SUCCEEDED: self.style.SUCCESS,
             JobOutcome.RELEASED: self.style.WARNING,
+            JobOutcome.SNOOZED: self.style.WARNING,
             JobOutcome.LOST: self.style.WARNING,
             JobOutcome.FAILED: self.style.ERROR,
         }[report.outcome]
         self._say(
-            f"[{when}] {report.job_class} on {report.queue}, attempt {report.attempt}: "
+            f"[{when}] {report.name or report.job_class} on {report.queue}, attempt {report.attempt}: "
             f"{style(str(report.outcome))} in {report.duration:.3f}s{detail}"
         )
 
@@ -182,3 +189,45 @@ class Command(BaseCommand):
         package_logger.addHandler(handler)
         package_logger.setLevel(LOG_LEVELS.get(min(verbosity, 3), logging.WARNING))
         return handler
+
+
+def _unknown_queue_notes(queue: Queue, connection: str, watched: tuple[str, ...]) -> list[str]:
+    """A note per watched queue the store does not know and no failed job names: a likely typo.
+
+    What "known" means is the store's (Queue.queue_known): SQL and Redis, holding a job now; SQS,
+    the queue exists; RabbitMQ, it is declared. A store that cannot tell gets no note.
+    """
+    from kinetis_queue.failed import failed_counts
+
+    try:
+        failed = {q for (c, q) in failed_counts(conf.load().default_connection) if c == connection}
+        unknown = [name for name in watched if name not in failed and queue.queue_known(name) is False]
+        if not unknown:
+            return []
+        known = sorted(failed | set(queue.queue_names() or ()))
+    except Exception as exc:
+        return [f"Note: could not check whether the watched queues exist ({type(exc).__name__})."]
+    listed = f"known queues: {', '.join(known)}" if known else "no queue is known on it"
+    return [
+        f"Note: nothing was ever pushed to queue {name!r} on connection {connection!r} as far as the "
+        f"{queue.backend_name} backend can tell ({listed}); a typo in --queue? Watching it anyway."
+        for name in unknown
+    ]
+
+
+def _left_behind(queue: Queue, watched: tuple[str, ...]) -> str:
+    """``--stop-when-empty``'s last line: the delayed or retrying jobs it did not wait for."""
+    try:
+        stats = [queue.stats(name) for name in watched]
+    except Exception as exc:
+        return f"Left behind: unknown (the queue figures could not be read: {type(exc).__name__})."
+    delayed = [s.delayed for s in stats]
+    if None in delayed:
+        return f"Left behind: unknown (the {queue.backend_name} backend cannot count delayed jobs)."
+    line = f"Left behind: {sum(d or 0 for d in delayed)} delayed or retrying job(s)"
+    reserved = sum(s.reserved or 0 for s in stats)
+    if reserved:
+        held = "taken by a worker, or waiting out a retry delay" if queue.backend_name == "sqs" else "taken by a worker"
+        line += f" and {reserved} reserved ({held})"
+    approximate = " (approximate)" if any(s.approximate for s in stats) else ""
+    return f"{line}{approximate}; --stop-when-empty does not wait for them."
