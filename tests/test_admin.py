@@ -7,9 +7,11 @@ import re
 import uuid
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, urlencode
 
+import django
 import pytest
+from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 from django.urls import reverse
@@ -254,14 +256,18 @@ FILTER_PARAMETERS = {"connection", "connection__isnull", "queue", "queue__isnull
 
 @pytest.fixture
 def secret_record(queue_name: str) -> FailedJob:
-    """A record whose every text column holds a value of its own, a unique secret in each (as a record
-    written before exception texts were scrubbed would); no commas, so ``__in`` can match it whole."""
-    secret = f"s3cret{uuid.uuid4().hex[:16]}"
+    """A record whose every text column holds a unique value of its own: the Sensitive token in the arguments,
+    and in the exception texts and metadata other secrets (as a record written before exception texts were
+    scrubbed would hold them); no commas, so ``__in`` can match a whole value."""
+
+    def unique(prefix: str) -> str:
+        return f"{prefix}{uuid.uuid4().hex[:16]}"
+
     return FailedJob.objects.create(
-        connection=f"conn{secret}", queue=queue_name, job_id=uuid.uuid4().hex, job_class=f"tests.jobs.Fails{secret}",
-        args=json.dumps({"token": secret}), metadata=json.dumps({"trace": f"meta{secret}"}), attempts=1,
-        max_attempts=1, exception_class=f"builtins.Error{secret}", exception_message=f"failed with {secret}",
-        traceback=f"Traceback (most recent call last):\nRuntimeError: {secret}",
+        connection=unique("conn"), queue=queue_name, job_id=uuid.uuid4().hex, job_class=unique("tests.jobs.Fails"),
+        args=json.dumps({"token": unique("s3cret")}), metadata=json.dumps({"trace": unique("meta")}), attempts=1,
+        max_attempts=1, exception_class=unique("builtins.Error"), exception_message=unique("failed with "),
+        traceback=f"Traceback (most recent call last):\nRuntimeError: {unique('tb')}",
     )
 
 
@@ -318,3 +324,226 @@ def test_no_lookup_on_stored_text_answers_a_guess(field: str, lookup: str, role:
     answers = [_normalized(client.get(url, {parameter: guess}), guess) for guess in (right, wrong)]
     assert answers[0] == answers[1]
     assert answers[0][0] == 400  # refused outright, before any query
+
+
+@pytest.mark.parametrize("role", ["view_only", "superuser"])
+def test_search_and_ordering_answer_no_guess(role: str, secret_record: FailedJob) -> None:
+    """``q`` covers safe metadata only and ``o`` only the listed columns: neither tells a stored secret."""
+    secret = json.loads(secret_record.args)["token"]
+    client = client_for(role)
+    url = reverse("admin:kinetis_queue_failedjob_changelist")
+    for parameter, right, wrong in [("q", secret, secret[:-1] + "X"), ("o", "args", "argz"),
+                                    ("o", f"-{secret}", f"-{secret[:-1]}X")]:
+        answers = [_normalized(client.get(url, {parameter: guess}), guess) for guess in (right, wrong)]
+        assert answers[0] == answers[1], parameter
+
+
+@pytest.mark.parametrize("page", ["change", "delete", "history", "forget"])
+def test_changelist_filters_carried_by_a_record_page_are_not_evaluated(page: str, secret_record: FailedJob) -> None:
+    """``_changelist_filters`` is only carried along in links; a page never filters by it."""
+    secret = json.loads(secret_record.args)["token"]
+    client = client_for("superuser")
+    url = reverse(f"admin:kinetis_queue_failedjob_{page}", args=[secret_record.pk])
+    answers = [
+        _normalized(client.get(url, {"_changelist_filters": f"args__contains={guess}"}), guess)
+        for guess in (secret, secret[:-1] + "X")
+    ]
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 200
+
+
+def test_an_action_posted_with_a_forbidden_lookup_touches_nothing(secret_record: FailedJob) -> None:
+    """Select-across with ``?args__contains=`` would forget exactly the records holding the guess."""
+    secret = json.loads(secret_record.args)["token"]
+    url = reverse("admin:kinetis_queue_failedjob_changelist") + f"?args__contains={secret}"
+    response = client_for("superuser").post(
+        url, {"action": "forget_selected", "select_across": "1", "index": "0", "post": "yes",
+              "_selected_action": [str(secret_record.pk)]})
+    assert response.status_code == 400
+    assert FailedJob.objects.filter(pk=secret_record.pk).exists()
+
+
+def test_the_list_filters_still_filter(secret_record: FailedJob, queue_name: str) -> None:
+    client = client_for("view_only")
+    url = reverse("admin:kinetis_queue_failedjob_changelist")
+    change = f"/{secret_record.pk}/change/"
+    for parameters, shown in [
+        ({"queue": queue_name}, True), ({"queue": queue_name + "x"}, False),
+        ({"queue": queue_name, "exception_class": secret_record.exception_class}, True),
+        ({"queue": queue_name, "connection__isnull": "True"}, False),
+        ({"queue": queue_name, "failed_at__gte": "2000-01-01 00:00:00+00:00", "failed_at__lt": "2999-01-01 00:00:00+00:00"}, True),
+    ]:
+        response = client.get(url, parameters)
+        assert response.status_code == 200
+        assert (change in response.content.decode()) is shown, parameters
+
+
+# -- the task's own name ------------------------------------------------------------------------------
+
+CARRIERS = [
+    pytest.param("kinetis_queue.receivers", "QueuedReceiverJob",
+                 {"receiver": "myapp.receivers.on_invoice_paid", "sender": None, "kwargs": {"secret": SECRET}},
+                 "myapp.receivers.on_invoice_paid", id="queued-receiver"),
+    pytest.param("kinetis_queue.tasks", "RunTask",
+                 {"task_path": "myapp.tasks.send_invoice", "args": [SECRET], "kwargs": {}, "result_id": "r1",
+                  "backend": "default"},
+                 "myapp.tasks.send_invoice", id="django-task"),
+]
+
+
+@pytest.mark.parametrize(("module", "carrier", "args", "name"), CARRIERS)
+def test_list_and_detail_name_the_task_not_its_carrier(module: str, carrier: str, args: dict[str, Any], name: str,
+                                                       queue_name: str) -> None:
+    pytest.importorskip(module)  # registers the carrier class (kinetis_queue.tasks needs a django.tasks API)
+    record = FailedJob.objects.create(
+        queue=queue_name, job_id=uuid.uuid4().hex, job_class=f"{module}.{carrier}", args=json.dumps(args),
+        attempts=1, exception_class="builtins.RuntimeError", exception_message="boom",
+    )
+    client = client_for("view_only")
+    listing = client.get(reverse("admin:kinetis_queue_failedjob_changelist"), {"queue": queue_name})
+    detail = client.get(reverse("admin:kinetis_queue_failedjob_change", args=[record.pk]))
+    for page in (listing.content.decode(), detail.content.decode()):
+        assert name.replace(".", "<wbr>.") in page or name in page
+        assert carrier not in page
+        assert SECRET not in page
+
+
+# -- Retry and Forget on the detail page ----------------------------------------------------------------
+
+#: Per role: (status of a POST to retry/ or forget/, did it act?).
+EXPECTED_DETAIL_POST = {
+    "anonymous": (302, False),
+    "non_staff": (302, False),
+    "staff_without_permission": (403, False),
+    "view_only": (403, False),
+    "full": (302, True),
+    "superuser": (302, True),
+}
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_the_detail_page_offers_retry_and_forget_to_those_allowed(role: str, record: FailedJob) -> None:
+    response = client_for(role).get(reverse("admin:kinetis_queue_failedjob_change", args=[record.pk]))
+    body = response.content.decode()
+    allowed = role in ("full", "superuser")
+    retry = reverse("admin:kinetis_queue_failedjob_retry", args=[record.pk])
+    forget = reverse("admin:kinetis_queue_failedjob_forget", args=[record.pk])
+    assert (f'action="{retry}"' in body and 'name="_retry"' in body) is allowed
+    assert (f'href="{forget}"' in body) is allowed
+    assert "deletelink" not in body or allowed  # Forget replaces Django's Delete link
+    assert f'href="{reverse("admin:kinetis_queue_failedjob_delete", args=[record.pk])}"' not in body
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_the_detail_page_retry_for_each_role(role: str, record: FailedJob, queue_name: str) -> None:
+    client = client_for(role)
+    url = reverse("admin:kinetis_queue_failedjob_retry", args=[record.pk])
+    status, acted = EXPECTED_DETAIL_POST[role]
+    response = client.post(url)
+    assert response.status_code == status
+    assert FailedJob.objects.filter(pk=record.pk).exists() is not acted
+    assert queues["sqlite"].size(queue_name) == (1 if acted else 0)
+    if acted:
+        assert response["Location"] == reverse("admin:kinetis_queue_failedjob_changelist")
+        assert client.get(url).status_code == 405  # a GET never retries
+        job = queues["sqlite"].pop(5, [queue_name])
+        assert job is not None and job.args["token"] == SECRET
+        queues["sqlite"].ack(job)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_the_detail_page_forget_asks_first_for_each_role(role: str, record: FailedJob) -> None:
+    client = client_for(role)
+    url = reverse("admin:kinetis_queue_failedjob_forget", args=[record.pk])
+    status, acted = EXPECTED_DETAIL_POST[role]
+    asked = client.get(url)
+    assert asked.status_code == (200 if acted else status)
+    if acted:
+        page = asked.content.decode()
+        assert "Are you sure you want to forget this failed job?" in page
+        assert 'name="post" value="yes"' in page and SECRET not in page
+        assert client.post(url).status_code == 200  # a POST without the confirmation only asks
+    assert FailedJob.objects.filter(pk=record.pk).exists()
+    response = client.post(url, {"post": "yes"})
+    assert response.status_code == status
+    assert FailedJob.objects.filter(pk=record.pk).exists() is not acted
+
+
+@pytest.mark.parametrize("name", ["retry", "forget"])
+def test_the_detail_page_posts_need_the_csrf_token(name: str, record: FailedJob, queue_name: str) -> None:
+    url = reverse(f"admin:kinetis_queue_failedjob_{name}", args=[record.pk])
+    assert client_for("superuser", csrf=True).post(url, {"post": "yes"}).status_code == 403
+    assert FailedJob.objects.filter(pk=record.pk).exists()
+    assert queues["sqlite"].size(queue_name) == 0
+
+
+def test_a_failed_retry_from_the_detail_page_returns_to_the_record(record: FailedJob, queue_name: str) -> None:
+    FailedJob.objects.filter(pk=record.pk).update(job_class="os.system")
+    client = client_for("full")
+    response = client.post(reverse("admin:kinetis_queue_failedjob_retry", args=[record.pk]))
+    change = reverse("admin:kinetis_queue_failedjob_change", args=[record.pk])
+    assert response.status_code == 302 and response["Location"] == change
+    assert f"Failed job {record.pk} was not retried: JobReconstructionError" in client.get(change).content.decode()
+    assert FailedJob.objects.filter(pk=record.pk).exists() and queues["sqlite"].size(queue_name) == 0
+    assert not LogEntry.objects.filter(object_id=str(record.pk)).exists()
+
+
+def test_the_detail_page_carries_the_list_filters_back(record: FailedJob, queue_name: str) -> None:
+    client = client_for("full")
+    filters = f"queue={queue_name}"
+    url = reverse("admin:kinetis_queue_failedjob_forget", args=[record.pk])
+    response = client.post(url + "?" + urlencode({"_changelist_filters": filters}), {"post": "yes"})
+    assert response["Location"] == reverse("admin:kinetis_queue_failedjob_changelist") + "?" + filters
+
+
+# -- the admin history --------------------------------------------------------------------------------
+
+OPERATIONS = {
+    "bulk retry": lambda c, r: _post_action(c, "retry_selected", r),
+    "bulk forget": lambda c, r: _post_action(c, "forget_selected", r, post="yes"),
+    "detail retry": lambda c, r: c.post(reverse("admin:kinetis_queue_failedjob_retry", args=[r.pk])),
+    "detail forget": lambda c, r: c.post(reverse("admin:kinetis_queue_failedjob_forget", args=[r.pk]), {"post": "yes"}),
+    "delete page": lambda c, r: c.post(reverse("admin:kinetis_queue_failedjob_delete", args=[r.pk]), {"post": "yes"}),
+}
+
+
+@pytest.mark.parametrize("operation", list(OPERATIONS))
+def test_retry_and_forget_are_written_to_the_admin_history(operation: str, record: FailedJob,
+                                                           queue_name: str) -> None:
+    client = client_for("full")
+    user = User.objects.get(pk=client.session["_auth_user_id"])
+    assert OPERATIONS[operation](client, record).status_code == 302
+    assert not FailedJob.objects.filter(pk=record.pk).exists()
+    entries = list(LogEntry.objects.filter(object_id=str(record.pk), content_type__model="failedjob"))
+    assert len(entries) == 1
+    entry = entries[0]
+    assert entry.user_id == user.pk and entry.object_repr == str(record)
+    if "retry" in operation:
+        job = queues["sqlite"].pop(5, [queue_name])
+        assert job is not None
+        queues["sqlite"].ack(job)
+        assert (entry.action_flag, entry.change_message) == (CHANGE, f"Retried: pushed again as job {job.id}.")
+    else:
+        assert entry.action_flag == DELETION
+        assert entry.change_message == ("" if operation == "delete page" else "Forgotten.")
+    assert SECRET not in entry.change_message + entry.object_repr
+
+
+@pytest.mark.parametrize("role", ["view_only", "superuser"])
+def test_pages_use_the_installed_djangos_breadcrumbs(role: str, record: FailedJob) -> None:
+    """Django 6 marks breadcrumbs up as an <ol> of <li>, 5.2 as a <div> with &rsaquo;: copy the installed one."""
+    client = client_for(role)
+    pages = [reverse("admin:kinetis_queue_failedjob_status")]
+    if role == "superuser":
+        pages.append(reverse("admin:kinetis_queue_failedjob_forget", args=[record.pk]))
+    with override_settings(KINETIS_QUEUE=STATUS_SETTINGS):
+        for url in pages:
+            body = client.get(url).content.decode()
+            changelist = reverse("admin:kinetis_queue_failedjob_changelist")
+            if django.VERSION >= (6, 0):
+                assert '<ol class="breadcrumbs">' in body and '<div class="breadcrumbs">' not in body
+                assert f'<li><a href="{changelist}">Failed jobs</a></li>' in body
+                assert '<li aria-current="page">' in body
+            else:
+                assert '<div class="breadcrumbs">' in body and '<ol class="breadcrumbs">' not in body
+                assert f'&rsaquo; <a href="{changelist}">Failed jobs</a>' in body
