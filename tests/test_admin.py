@@ -371,7 +371,8 @@ def test_the_list_filters_still_filter(secret_record: FailedJob, queue_name: str
         ({"queue": queue_name}, True), ({"queue": queue_name + "x"}, False),
         ({"queue": queue_name, "exception_class": secret_record.exception_class}, True),
         ({"queue": queue_name, "connection__isnull": "True"}, False),
-        ({"queue": queue_name, "failed_at__gte": "2000-01-01 00:00:00+00:00", "failed_at__lt": "2999-01-01 00:00:00+00:00"}, True),
+        ({"queue": queue_name, "failed_at__gte": "2000-01-01 00:00:00+00:00",
+          "failed_at__lt": "2999-01-01 00:00:00+00:00"}, True),
     ]:
         response = client.get(url, parameters)
         assert response.status_code == 200
