@@ -13,6 +13,7 @@ Retry and Forget ask for confirmation like Django's delete does (Forget) and wri
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.text import capfirst
 
 from kinetis_queue import failed, status
@@ -45,7 +48,7 @@ BREADCRUMBS_AS_LIST = django.VERSION >= (6, 0)
 @admin.register(FailedJob)
 class FailedJobAdmin(_ModelAdmin):
     # The failure time first, so no long class name can push it out of a narrow window.
-    list_display = ("failed_at", "job", "exception_name", "queue", "connection_shown", "attempts")
+    list_display = ("failed_at_shown", "job", "exception_name", "queue", "connection_shown", "attempts")
     list_display_links = ("job",)
     #: Field names only: lookup_allowed() derives the accepted URL parameters from these.
     list_filter = ("connection", "queue", "exception_class", "failed_at")
@@ -99,9 +102,15 @@ class FailedJobAdmin(_ModelAdmin):
 
     @admin.display(description="job", ordering="job_class")
     def job(self, obj: FailedJob) -> str:
-        """The task or receiver the record carried (not RunTask), breakable after each dot."""
-        parts = failed.shown_class(obj).split(".")
-        return format_html("{}{}", parts[0], format_html_join("", "<wbr>.{}", ((part,) for part in parts[1:])))
+        """The task or receiver the record carried (not RunTask), breakable after each dot and underscore."""
+        parts = re.split(r"(?<=[._])", failed.shown_class(obj))
+        return format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in parts))
+
+    @admin.display(description="failed at", ordering="failed_at")
+    def failed_at_shown(self, obj: FailedJob) -> str:
+        """Local time to the second, as log lines have it; the date and the time each stay on one line."""
+        when = timezone.localtime(obj.failed_at)
+        return format_html("<span>{}</span> <span>{}</span>", when.strftime("%Y-%m-%d"), when.strftime("%H:%M:%S"))
 
     @admin.display(description="connection", ordering="connection")
     def connection_shown(self, obj: FailedJob) -> str:

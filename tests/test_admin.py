@@ -403,8 +403,8 @@ def test_list_and_detail_name_the_task_not_its_carrier(module: str, carrier: str
     client = client_for("view_only")
     listing = client.get(reverse("admin:kinetis_queue_failedjob_changelist"), {"queue": queue_name})
     detail = client.get(reverse("admin:kinetis_queue_failedjob_change", args=[record.pk]))
-    for page in (listing.content.decode(), detail.content.decode()):
-        assert name.replace(".", "<wbr>.") in page or name in page
+    for page in (listing.content.decode().replace("<wbr>", ""), detail.content.decode()):
+        assert name in page
         assert carrier not in page
         assert SECRET not in page
 
