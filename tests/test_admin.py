@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus, urlencode
 
@@ -21,6 +25,7 @@ from kinetis_queue.models import FailedJob
 from kinetis_queue.worker import Worker
 from tests import jobs
 
+ROOT = Path(__file__).resolve().parents[1]
 SECRET = "s3cr3t-TOKEN-admin-value"
 ROLES = ["anonymous", "non_staff", "staff_without_permission", "view_only", "full", "superuser"]
 #: Only SQL and sync connections, so the status page does not reach for servers other tests own.
@@ -557,3 +562,25 @@ def test_every_other_lookup_is_refused(parameter: str, secret_record: FailedJob)
     """Not only text: the list filters' own parameters are the whole list of what may filter."""
     response = client_for("superuser").get(reverse("admin:kinetis_queue_failedjob_changelist"), {parameter: "1"})
     assert response.status_code == 400
+
+
+FRESH_PROCESS = """
+import json, django
+django.setup()
+from django.contrib import admin
+from kinetis_queue.models import FailedJob
+column = admin.site._registry[FailedJob].job
+args = {"task_path": "myapp.tasks.send_invoice", "args": [], "kwargs": {}, "result_id": "r1", "backend": "default"}
+print(column(FailedJob(job_class="kinetis_queue.tasks.RunTask", args=json.dumps(args))))
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="failed.shown_class() knows a carrier class only once its module is "
+                   "imported (Job._registry); a fresh admin process has imported neither kinetis_queue.tasks nor "
+                   "kinetis_queue.receivers, so the list shows RunTask (to fix in failed.py / job.py)")
+def test_a_fresh_admin_process_names_the_task() -> None:
+    """What an operator's admin process shows, with nothing else imported first."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT)}
+    shown = subprocess.run([sys.executable, "-c", FRESH_PROCESS], env=env, cwd=ROOT, capture_output=True, text=True,
+                           timeout=60, check=True).stdout.strip()
+    assert shown.replace("<wbr>", "") == "myapp.tasks.send_invoice"
