@@ -40,9 +40,9 @@ if TYPE_CHECKING:
 else:  # ModelAdmin is generic for the type checker only
     _ModelAdmin = admin.ModelAdmin
 
-#: Django 6 marks breadcrumbs up as ``<ol class="breadcrumbs">`` with ``<li>`` items; 5.2 as a
+#: Django 6.1 marks breadcrumbs up as ``<ol class="breadcrumbs">`` with ``<li>`` items; 5.2 and 6.0 as a
 #: ``<div class="breadcrumbs">`` separated by ``&rsaquo;``. Each version's CSS styles only its own.
-BREADCRUMBS_AS_LIST = django.VERSION >= (6, 0)
+BREADCRUMBS_AS_LIST = django.VERSION >= (6, 1)
 
 
 @admin.register(FailedJob)
