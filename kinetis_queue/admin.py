@@ -94,7 +94,7 @@ class FailedJobAdmin(_ModelAdmin):
                 assert isinstance(name, str), "list_filter holds field names only"
                 field = self.opts.get_field(name)
                 spec = FieldListFilter.create(field, request, {}, self.model, self, field_path=name)  # type: ignore[arg-type]
-                allowed.update(name for name in spec.expected_parameters() or () if name)
+                allowed.update(parameter for parameter in spec.expected_parameters() or () if parameter)
             self._filter_parameters = frozenset(allowed)
         return lookup in self._filter_parameters
 
