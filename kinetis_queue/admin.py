@@ -2,23 +2,35 @@
 and a status page with the figures of ``queue_status``.
 
 What is shown follows one rule: never a job argument's value unless it is not ``Sensitive``. The
-raw arguments are stored (a retry needs them) but only their redacted form is displayed, and the
-raw column is neither shown nor searchable. Every view goes through ``admin_site.admin_view()``
-(staff login, CSRF on POST, no caching), and each action asks for the model permission it uses:
-retry "change", forget "delete"; the status page asks for "view".
+raw arguments are stored (a retry needs them) but only their redacted form is displayed, and no
+URL parameter reaches the stored text: search covers safe metadata only, and the changelist
+accepts only the parameters its list filters send (any other lookup, ``?args__contains=...``,
+would answer whether a guessed value is stored). Every view goes through
+``admin_site.admin_view()`` (staff login, CSRF on POST, no caching), and each operation asks for
+the model permission it uses: retry "change", forget "delete"; the status page asks for "view".
+Retry and Forget ask for confirmation like Django's delete does (Forget) and write LogEntry rows.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import django
 from django.contrib import admin, messages
+from django.contrib.admin import FieldListFilter
+from django.contrib.admin.models import DELETION, LogEntry
+from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
-from django.utils.html import format_html
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
+from django.utils.text import capfirst
 
 from kinetis_queue import failed, status
 from kinetis_queue.models import FailedJob
@@ -28,20 +40,30 @@ if TYPE_CHECKING:
 else:  # ModelAdmin is generic for the type checker only
     _ModelAdmin = admin.ModelAdmin
 
+#: Django 6.1 marks breadcrumbs up as ``<ol class="breadcrumbs">`` with ``<li>`` items; 5.2 and 6.0 as a
+#: ``<div class="breadcrumbs">`` separated by ``&rsaquo;``. Each version's CSS styles only its own.
+BREADCRUMBS_AS_LIST = django.VERSION >= (6, 1)
+
 
 @admin.register(FailedJob)
 class FailedJobAdmin(_ModelAdmin):
-    list_display = ("job_class", "connection_shown", "queue", "exception_name", "attempts", "failed_at")
+    # The failure time first, so no long class name can push it out of a narrow window.
+    list_display = ("failed_at_shown", "job", "exception_name", "queue", "connection_shown", "attempts")
+    list_display_links = ("job",)
+    #: Field names only: lookup_allowed() derives the accepted URL parameters from these.
     list_filter = ("connection", "queue", "exception_class", "failed_at")
-    # Never the arguments: a search over them would reveal a Sensitive value one guess at a time.
+    # Never the arguments, metadata or exception text: a search over them would reveal a Sensitive
+    # value one guess at a time.
     search_fields = ("job_class", "job_id", "queue", "exception_class")
     ordering = ("-failed_at", "-id")
     actions = ("retry_selected", "forget_selected")
     fields = (
-        "job_class", "job_id", "connection_shown", "queue", "attempts", "max_attempts", "failed_at",
+        "job", "job_id", "connection_shown", "queue", "attempts", "max_attempts", "failed_at",
         "arguments", "metadata", "exception_class", "exception", "traceback_shown",
     )
     readonly_fields = fields
+
+    _filter_parameters: frozenset[str] | None = None
 
     # -- permissions: a record is never edited or added by hand ------------------------------------
 
@@ -61,7 +83,34 @@ class FailedJobAdmin(_ModelAdmin):
         actions.pop("delete_selected", None)  # "forget" is this model's deletion
         return actions
 
+    # -- what may filter the changelist: the list filters' own parameters, nothing else ------------
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        """Only a parameter one of the list filters sends. Django allows any lookup on a local field,
+        and ``?args__contains=<guess>`` answers with a row count whether the guess is stored."""
+        if self._filter_parameters is None:
+            allowed: set[str] = set()
+            for name in self.list_filter:
+                assert isinstance(name, str), "list_filter holds field names only"
+                field = self.opts.get_field(name)
+                spec = FieldListFilter.create(field, request, {}, self.model, self, field_path=name)  # type: ignore[arg-type]
+                allowed.update(parameter for parameter in spec.expected_parameters() or () if parameter)
+            self._filter_parameters = frozenset(allowed)
+        return lookup in self._filter_parameters
+
     # -- columns and detail fields -----------------------------------------------------------------
+
+    @admin.display(description="job", ordering="job_class")
+    def job(self, obj: FailedJob) -> str:
+        """The task or receiver the record carried (not RunTask), breakable after each dot and underscore."""
+        parts = re.split(r"(?<=[._])", failed.shown_class(obj))
+        return format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in parts))
+
+    @admin.display(description="failed at", ordering="failed_at")
+    def failed_at_shown(self, obj: FailedJob) -> str:
+        """Local time to the second, as log lines have it; the date and the time each stay on one line."""
+        when = timezone.localtime(obj.failed_at)
+        return format_html("<span>{}</span> <span>{}</span>", when.strftime("%Y-%m-%d"), when.strftime("%H:%M:%S"))
 
     @admin.display(description="connection", ordering="connection")
     def connection_shown(self, obj: FailedJob) -> str:
@@ -83,43 +132,162 @@ class FailedJobAdmin(_ModelAdmin):
     def traceback_shown(self, obj: FailedJob) -> str:
         return format_html("<pre>{}</pre>", failed.shown_exception(obj)[1] or "(not recorded)")
 
-    # -- actions -----------------------------------------------------------------------------------
+    # -- the two operations, shared by the bulk actions and the detail page ------------------------
+
+    def _retry(self, request: HttpRequest, record: FailedJob) -> failed.RetryOutcome:
+        """failed.retry(), a history entry when it pushed, a message when it did not."""
+        outcome = failed.retry(record.pk)
+        if outcome.ok:
+            self.log_change(request, record, f"Retried: pushed again as job {outcome.job_id}.")
+        else:
+            self.message_user(request, f"Failed job {record.pk} was not retried: {outcome.error}", messages.ERROR)
+        return outcome
+
+    def _forget(self, request: HttpRequest, record: FailedJob) -> bool:
+        """failed.forget(), and a history entry when it removed the record."""
+        if not failed.forget(record.pk):
+            return False
+        user_id = request.user.pk
+        assert user_id is not None  # admin_view() let only a logged-in staff user in
+        LogEntry.objects.log_actions(
+            user_id=user_id, queryset=[record], action_flag=DELETION, change_message="Forgotten.", single_object=True
+        )
+        return True
+
+    def delete_model(self, request: HttpRequest, obj: FailedJob) -> None:
+        # Django's delete page (it logs the deletion itself): removal goes through failed.forget too.
+        failed.forget(obj.pk)
+
+    # -- bulk actions ------------------------------------------------------------------------------
 
     @admin.action(description="Retry the selected failed jobs", permissions=["change"])
     def retry_selected(self, request: HttpRequest, queryset: QuerySet[FailedJob]) -> None:
-        pushed = 0
-        for pk in queryset.values_list("pk", flat=True):
-            outcome = failed.retry(pk)
-            if outcome.ok:
-                pushed += 1
-            else:
-                self.message_user(request, f"Failed job {pk} was not retried: {outcome.error}", messages.ERROR)
+        pushed = sum(self._retry(request, record).ok for record in queryset)
         if pushed:
             self.message_user(request, f"{pushed} failed job(s) pushed again.", messages.SUCCESS)
 
     @admin.action(description="Forget the selected failed jobs", permissions=["delete"])
-    def forget_selected(self, request: HttpRequest, queryset: QuerySet[FailedJob]) -> None:
-        removed, _ = queryset.delete()
+    def forget_selected(self, request: HttpRequest, queryset: QuerySet[FailedJob]) -> HttpResponse | None:
+        """Like Django's delete_selected: a confirmation page first, the removal on its POST."""
+        records = list(queryset)
+        if request.POST.get("post") != "yes":
+            return self._forget_confirmation(request, records, bulk=True)
+        removed = sum(self._forget(request, record) for record in records)
         self.message_user(request, f"{removed} failed job(s) forgotten.", messages.SUCCESS)
+        return None
+
+    # -- the detail page's Retry and Forget --------------------------------------------------------
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {
+            **(extra_context or {}),
+            "can_retry": self.has_change_permission(request),
+            "can_forget": self.has_delete_permission(request),
+            "show_delete": False,  # Forget (with its own confirmation) replaces Django's Delete link
+        }
+        return super().change_view(request, object_id, form_url, context)
+
+    def retry_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        """POST: retry one record; back to the list when it was pushed, to the record when not."""
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        record = self.get_object(request, str(object_id))
+        if record is None:
+            return self._gone(request, object_id)
+        if self._retry(request, record).ok:
+            self.message_user(request, f"Failed job {record.pk} pushed again.", messages.SUCCESS)
+            return self._to_changelist(request)
+        return HttpResponseRedirect(self._preserving(request, self._url("change", record.pk)))
+
+    def forget_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        """GET: the confirmation page; its POST (``post=yes``) forgets the record."""
+        if not self.has_delete_permission(request):
+            raise PermissionDenied
+        record = self.get_object(request, str(object_id))
+        if record is None:
+            return self._gone(request, object_id)
+        if request.method == "POST" and request.POST.get("post") == "yes":
+            if self._forget(request, record):
+                self.message_user(request, f"Failed job {record.pk} forgotten.", messages.SUCCESS)
+            return self._to_changelist(request)
+        return self._forget_confirmation(request, [record], bulk=False)
+
+    def _forget_confirmation(self, request: HttpRequest, records: list[FailedJob], *, bulk: bool) -> HttpResponse:
+        if bulk:
+            back, form_url, crumbs = self._preserving(request, self._url("changelist")), "", []
+        else:
+            back = self._preserving(request, self._url("change", records[0].pk))
+            form_url = self._preserving(request, self._url("forget", records[0].pk))
+            crumbs = [(back, str(records[0]))]
+        context = {
+            **self._page_context(request, "Forget failed jobs" if bulk else "Forget failed job", crumbs, "Forget"),
+            "records": [(record, failed.shown_class(record)) for record in records],
+            "bulk": bulk,
+            "back_url": back,
+            "form_url": form_url,
+        }
+        return TemplateResponse(request, "admin/kinetis_queue/failedjob/forget_confirmation.html", context)
 
     # -- the status page ---------------------------------------------------------------------------
-
-    def get_urls(self) -> list[URLPattern]:
-        status_url = path(
-            "status/",
-            self.admin_site.admin_view(self.status_view),
-            name=f"{self.opts.app_label}_{self.opts.model_name}_status",
-        )
-        return [status_url, *super().get_urls()]
 
     def status_view(self, request: HttpRequest) -> HttpResponse:
         """queue_status's figures per connection and queue, for staff who may view failed jobs."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        context = {
-            **self.admin_site.each_context(request),
-            "title": "Queue status",
-            "opts": self.opts,
-            "figures": status.collect(),
-        }
+        context = {**self._page_context(request, "Queue status", [], "Queue status"), "figures": status.collect()}
         return TemplateResponse(request, "admin/kinetis_queue/status.html", context)
+
+    # -- URLs and page plumbing --------------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        def route(pattern: str, view: Any, name: str) -> URLPattern:
+            url: URLPattern = path(pattern, self.admin_site.admin_view(view), name=self._url_name(name))
+            return url
+
+        own = [
+            route("status/", self.status_view, "status"),
+            route("<int:object_id>/retry/", self.retry_view, "retry"),
+            route("<int:object_id>/forget/", self.forget_view, "forget"),
+        ]
+        return [*own, *super().get_urls()]
+
+    def _url_name(self, name: str) -> str:
+        return f"{self.opts.app_label}_{self.opts.model_name}_{name}"
+
+    def _url(self, name: str, *args: Any) -> str:
+        return reverse(f"admin:{self._url_name(name)}", args=args)
+
+    def _preserving(self, request: HttpRequest, url: str) -> str:
+        """``url`` carrying the changelist's filters along, as Django's own admin pages do."""
+        return add_preserved_filters({"preserved_filters": self.get_preserved_filters(request), "opts": self.opts}, url)
+
+    def _to_changelist(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponseRedirect(self._preserving(request, self._url("changelist")))
+
+    def _gone(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        self.message_user(request, f"There is no failed job with id {object_id}.", messages.WARNING)
+        return self._to_changelist(request)
+
+    def _page_context(
+        self, request: HttpRequest, title: str, crumbs: Iterable[tuple[str, str]], current: str
+    ) -> dict[str, Any]:
+        """The admin's page context, and breadcrumbs in the installed Django's markup (Home, the app,
+        Failed jobs, then ``crumbs``, then ``current``)."""
+        return {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "opts": self.opts,
+            "breadcrumbs_as_list": BREADCRUMBS_AS_LIST,
+            "crumbs": [
+                (reverse("admin:index"), "Home"),
+                (reverse("admin:app_list", kwargs={"app_label": self.opts.app_label}),
+                 self.opts.app_config.verbose_name),
+                (self._preserving(request, self._url("changelist")), capfirst(self.opts.verbose_name_plural)),
+                *crumbs,
+            ],
+            "current": current,
+        }

@@ -72,7 +72,10 @@ class FailedJob(models.Model):
         verbose_name = "failed job"
 
     def __str__(self) -> str:
-        return f"{self.job_class} on {self.queue} ({self.job_id})"
+        # The admin's titles, breadcrumbs and history name the task or receiver, not its carrier class.
+        from kinetis_queue.failed import shown_class
+
+        return f"{shown_class(self)} on {self.queue} ({self.job_id})"
 
 
 

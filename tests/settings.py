@@ -36,6 +36,8 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # The admin's CSS and JS, served to the browser tests (tests/browser) by their live server.
+    "django.contrib.staticfiles",
     "kinetis_queue",
     "tests",
 ]
@@ -61,6 +63,7 @@ TEMPLATES = [
     }
 ]
 ROOT_URLCONF = "tests.urls"
+STATIC_URL = "/static/"
 # Every backend is configured below, but the Django 5.2 venv (make test's core stage) installs no
 # client library for Redis, SQS or RabbitMQ: that would stop every management command a test starts.
 # tests/test_operator_checks.py still sees the check (run_checks() ignores silencing).
