@@ -157,7 +157,9 @@ class Worker:
             raise InvalidQueueArgumentError("retry_base_delay must be a number of seconds from 0 to 900")
         _positive_limit(job_timeout, "job_timeout")
         self.queue = queue
-        self.connection = connection
+        #: The connection's name: ``connection``, else the name the queue was built under (None only
+        #: for a queue built by hand). Failed-job records and JobContext carry it.
+        self.connection = connection if connection is not None else queue.connection
         self.default_max_attempts = default_max_attempts
         self.retry_base_delay = retry_base_delay
         self.recorder = recorder
