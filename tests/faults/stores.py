@@ -30,6 +30,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Protocol
 
 from django.db import connections as db_connections
@@ -422,15 +423,18 @@ class SqsStore:
         if "attempts" in fields:
             return False
         fields = stored_fields(**fields)
-        body = json.dumps({key: fields[key] for key in ("id", "pushedAt", "class", "args")})
+        try:
+            body = json.dumps({key: fields[key] for key in ("id", "pushedAt", "class", "args")})
+            metadata = fields["metadata"]
+            text = metadata if isinstance(metadata, str) else json.dumps(metadata)
+        except (TypeError, ValueError):  # not a JSON value: no message holds it
+            return False
         attributes: dict[str, Any] = {}
         if fields["maxAttempts"] is not None:
             number = str(fields["maxAttempts"])
             if not _sqs_number(number):
                 return False  # SQS refuses it at send (moto accepts it, then fails every receive)
             attributes["maxAttempts"] = {"DataType": "Number", "StringValue": number}
-        metadata = fields["metadata"]
-        text = metadata if isinstance(metadata, str) else json.dumps(metadata)
         if _SQS_REFUSED.search(text):
             return False  # SQS refuses it at send (moto accepts some, then fails every receive)
         attributes["metadata"] = {"DataType": "String", "StringValue": text}
@@ -520,10 +524,13 @@ class RabbitMqStore:
         """The body carries id, pushedAt, class and args; attempts, maxAttempts and metadata (JSON text)
         are headers, each written with whatever AMQP type py-amqp gives the value."""
         fields = stored_fields(**fields)
-        body = json.dumps({key: fields[key] for key in ("id", "pushedAt", "class", "args")}).encode()
         metadata = fields["metadata"]
+        try:
+            body = json.dumps({key: fields[key] for key in ("id", "pushedAt", "class", "args")}).encode()
+        except (TypeError, ValueError):  # not a JSON value: no body holds it
+            return False
         headers = {"attempts": fields["attempts"], "maxAttempts": fields["maxAttempts"],
-                   "metadata": metadata if isinstance(metadata, str) else json.dumps(metadata)}
+                   "metadata": metadata if isinstance(metadata, (str, datetime)) else json.dumps(metadata)}
         try:
             self._publish(queue, body, content_type="application/json", application_headers=headers)
         except Exception:  # py-amqp cannot encode the value as a header: no message holds it

@@ -539,6 +539,17 @@ HOSTILE_VALUES: dict[str, Any] = {
     "map-key-surrogate": {"\udc00": 1},
     "map-deep": {"label": nested(MAX_DEPTH + 3, "list")},
 }
+
+
+class _AfterYear9999(datetime):
+    """Sent as an AMQP timestamp header ('T') one second past 9999-12-31, which no datetime can hold:
+    py-amqp fails while reading such a header. Elsewhere it is simply not a JSON value."""
+
+    def utctimetuple(self) -> time.struct_time:
+        return time.struct_time((9999, 12, 32, 0, 0, 0, 0, 1, 0))
+
+
+HOSTILE_VALUES["amqp-timestamp-past-9999"] = _AfterYear9999(2000, 1, 1)
 STORED_FIELD_NAMES = ("id", "pushedAt", "class", "args", "attempts", "maxAttempts", "metadata")
 
 
