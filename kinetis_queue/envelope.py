@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from kinetis_queue.exceptions import MalformedJobSettledError, MalformedQueuedJobDataError
-from kinetis_queue.job import MAX_CLASS_PATH
+from kinetis_queue.job import MAX_CLASS_PATH, is_class_path
 from kinetis_queue.validation import MAX_COUNTER, QUEUE_NAME, is_utf8
 
 #: Deepest container nesting accepted inside args or metadata (the argument contract's bound).
@@ -165,11 +165,14 @@ def decode_fields(
     kind = type(pushed_at)
     if (kind is not int and kind is not float) or not (0 <= pushed_at < 253402300800):  # NaN fails the range
         _malformed("pushedAt is out of range")
-    if type(job_class) is not str or not 0 < len(job_class) <= MAX_CLASS_PATH:
-        _malformed("class is missing or too long")
+    if type(job_class) is not str or not is_class_path(job_class):
+        _malformed(f"class is not a dotted path of Python identifiers of at most {MAX_CLASS_PATH} characters")
     if type(args) is not dict:
         _malformed("args is not an object")
     if args:
+        for key in args:
+            if not key.isidentifier():  # push() stores __init__ parameter names only
+                _malformed("args has a key that is not a Python identifier")
         check_value_tree(args, "args")
     if type(attempts) is not int or not 0 <= attempts <= MAX_COUNTER:
         _malformed("attempts is out of range")

@@ -12,6 +12,7 @@ before they are stored.
 
 from __future__ import annotations
 
+import re
 import traceback as traceback_module
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -46,34 +47,89 @@ class FailedJobRecorder(Protocol):
 
 
 class ModelRecorder:
-    """Records into the FailedJob model (table kinetis_queue_failed_jobs), whatever the backend."""
+    """Records into the FailedJob model (table kinetis_queue_failed_jobs), whatever the backend.
+
+    The text it stores never makes the write fail: every text goes through ``storable()`` (so no
+    database refuses a character or a length), and an exception whose ``str()`` or traceback cannot
+    be produced is recorded with a note saying so. Only the database itself can fail the write.
+    """
 
     def record(self, job: QueuedJob, exception: BaseException, connection: str | None) -> int:
         from kinetis_queue.models import FailedJob
 
+        def line(name: str, value: str) -> str:
+            width: int = getattr(FailedJob._meta.get_field(name), "max_length", None) or MAX_RECORDED_TEXT
+            return storable(value, width)
+
         secrets = sensitive_values(job.job_class, job.args)
         record = FailedJob.objects.create(
-            connection=connection,
-            queue=job.queue,
-            job_id=job.id,
-            job_class=job.job_class,
+            connection=None if connection is None else line("connection", connection),
+            queue=line("queue", job.queue),
+            job_id=line("job_id", job.id),
+            job_class=line("job_class", job.job_class),
             args=dumps(job.args),
             metadata=dumps(job.metadata),
             max_attempts=job.max_attempts,
             attempts=job.attempts,
-            exception_class=f"{type(exception).__module__}.{type(exception).__qualname__}",
-            exception_message=scrub(str(exception), secrets),
-            traceback=scrub(format_traceback(exception), secrets),
+            exception_class=line("exception_class", exception_class_path(exception)),
+            exception_message=storable(scrub(exception_text(exception), secrets), MAX_RECORDED_TEXT, lines=True),
+            traceback=storable(scrub(format_traceback(exception), secrets), MAX_RECORDED_TEXT, lines=True),
         )
         return record.pk
+
+
+def exception_class_path(exception: BaseException) -> str:
+    """The dotted path of the exception's class (module.QualName)."""
+    cls = type(exception)
+    try:
+        return f"{cls.__module__}.{cls.__qualname__}"
+    except BaseException:  # a class can set __module__ to anything
+        return cls.__qualname__
+
+
+def exception_text(exception: BaseException) -> str:
+    """``str(exception)``, or a note naming what ``str()`` raised instead: a broken __str__ never stops a record."""
+    try:
+        return str(exception)
+    except BaseException as exc:
+        return f"(the exception's message is unavailable: str() raised {type(exc).__qualname__})"
 
 
 def format_traceback(exception: BaseException) -> str:
     """The exception's traceback as Python prints it: frames, source lines and messages, no locals."""
     try:
         return "".join(traceback_module.format_exception(exception))
-    except Exception:  # a broken __str__ in the chain must not stop the record
-        return f"{type(exception).__module__}.{type(exception).__qualname__} (traceback unavailable)"
+    except BaseException:  # a broken __str__ or a formatter error must not stop the record
+        return f"{exception_class_path(exception)} (traceback unavailable)"
+
+
+# -- text every database stores ------------------------------------------------------------------------
+
+#: Ends a recorded text that was cut to its column's width.
+TRUNCATION_MARKER: Final = "...[truncated]"
+#: Most characters a record keeps of an exception message or a traceback: far above a useful
+#: traceback, far below any database's packet or row limit.
+MAX_RECORDED_TEXT: Final = 65_536
+#: What no database stores as text, or what a one-line field should not carry: NUL (PostgreSQL
+#: refuses it), lone surrogates (not UTF-8, refused by every driver), and control characters (a
+#: listing printed to a terminal must not carry escape sequences). A multi-line text keeps tab,
+#: newline and carriage return.
+_UNSTORABLE_IN_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNSTORABLE_IN_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def storable(text: str, limit: int, *, lines: bool = False) -> str:
+    """``text`` as every supported database stores it: unstorable characters escaped visibly (NUL as
+    ``\\x00``, a lone surrogate as ``\\ud800``), then cut to ``limit`` characters ending in TRUNCATION_MARKER."""
+    text = (_UNSTORABLE_IN_TEXT if lines else _UNSTORABLE_IN_LINE).sub(_escape, text)
+    if len(text) > limit:
+        text = text[: max(limit - len(TRUNCATION_MARKER), 0)] + TRUNCATION_MARKER[:limit]
+    return text
 
 
 # -- redaction ----------------------------------------------------------------------------------------
@@ -84,7 +140,7 @@ def _job_class(path: str) -> type[Any] | None:
 
     try:
         return resolve_job_class(path)
-    except Exception:
+    except BaseException:  # an import the stored class triggers may raise anything, SystemExit included
         return None
 
 

@@ -94,9 +94,29 @@ class Snooze(Exception):  # a request to the worker, not an error
 MAX_CLASS_PATH: Final = 255
 
 
+#: The one part of a qualified name that is not an identifier: a class defined inside a function.
+LOCALS_PART: Final = "<locals>"
+
+
 def job_class_path(cls: type) -> str:
     """The dotted path a job class is stored under."""
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def is_class_path(path: str) -> bool:
+    """Whether ``path`` is a storable job class path: push() writes only these, and a stored one is
+    checked against the same rule (anything else is malformed data).
+
+    ``module.QualName``: at most MAX_CLASS_PATH characters, dot-separated Python identifiers (so no
+    NUL, control character, space or lone surrogate), with ``<locals>`` allowed inside the qualified
+    name, and at least a module and a class name.
+    """
+    if not 0 < len(path) <= MAX_CLASS_PATH:
+        return False
+    parts = path.split(".")
+    if len(parts) < 2 or not parts[0].isidentifier() or not parts[-1].isidentifier():
+        return False
+    return all(part.isidentifier() or part == LOCALS_PART for part in parts[1:-1])
 
 
 def display_name(path: str, args: Mapping[str, Any]) -> str:

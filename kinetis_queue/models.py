@@ -50,7 +50,8 @@ class QueuedJobRecord(models.Model):
 class FailedJob(models.Model):
     """A job the worker gave up on, recorded before fail() (contract: "Recording a job before fail()")."""
 
-    #: The worker's --connection; NULL (not "") when it ran the default connection unnamed.
+    #: The name of the connection that ran the job (the default connection's too). NULL only in
+    #: records written by versions that left the default connection unnamed: it means the default.
     connection = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     queue = models.CharField(max_length=80)
     job_id = models.CharField(max_length=32)

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Final, Union
 
 from kinetis_queue.exceptions import JobReconstructionError, UnserializableJobError
-from kinetis_queue.job import MAX_CLASS_PATH, Job, Sensitive, job_class_path, resolve_job_class
+from kinetis_queue.job import MAX_CLASS_PATH, Job, Sensitive, is_class_path, job_class_path, resolve_job_class
 from kinetis_queue.validation import is_utf8
 
 __all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "REDACTED", "deserialize_job", "redacted_args", "serialize_job"]
@@ -224,6 +224,11 @@ def serialize_job(job: Job) -> tuple[str, dict[str, Any]]:
         raise UnserializableJobError(
             f"{path[:60]}...: the job class path is longer than {MAX_CLASS_PATH} characters, "
             "more than any backend stores"
+        )
+    if not is_class_path(path):
+        # A class can set its own __module__ or __qualname__; a worker must be able to read it back.
+        raise UnserializableJobError(
+            f"{path[:60]!r}: the job class path is not a dotted path of Python identifiers (module.QualName)"
         )
     try:
         plan = _plan_for(cls)

@@ -37,7 +37,15 @@ from kinetis_queue.exceptions import (
     MalformedJobSettledError,
     StaleJobHandleError,
 )
-from kinetis_queue.failed import FailedJobRecorder, ModelRecorder, scrub, sensitive_values
+from kinetis_queue.failed import (
+    MAX_RECORDED_TEXT,
+    FailedJobRecorder,
+    ModelRecorder,
+    exception_text,
+    scrub,
+    sensitive_values,
+    storable,
+)
 from kinetis_queue.heartbeat import Heartbeat, RenewalReport
 from kinetis_queue.job import JobContext, Snooze, call_handle, display_name
 from kinetis_queue.serializer import deserialize_job, redacted_args
@@ -177,7 +185,9 @@ class Worker:
             raise InvalidQueueArgumentError("retry_base_delay must be a number of seconds from 0 to 900")
         _positive_limit(job_timeout, "job_timeout")
         self.queue = queue
-        self.connection = connection
+        #: The connection's name: ``connection``, else the name the queue was built under (None only
+        #: for a queue built by hand). Failed-job records and JobContext carry it.
+        self.connection = connection if connection is not None else queue.connection
         self.default_max_attempts = default_max_attempts
         self.retry_base_delay = retry_base_delay
         self.recorder = recorder
@@ -344,7 +354,7 @@ class Worker:
         job_log = logging.LoggerAdapter(logger, log_context)
         if self._heartbeat is not None:
             self._heartbeat.start(job)
-        error: Exception | None = None
+        error: BaseException | None = None
         snoozed: Snooze | None = None
         try:
             instance = deserialize_job(job.job_class, job.args)
@@ -360,7 +370,12 @@ class Worker:
                 run(self._call_with_timeout, instance, context, self.job_timeout)
         except Snooze as snooze:
             snoozed = snooze
-        except Exception as exc:
+        except BaseException as exc:
+            # Contract: whatever handle() or rebuilding the job raises is the job's own failure,
+            # SystemExit and KeyboardInterrupt included (the worker turns its own SIGINT and SIGTERM
+            # into a stop flag); only an operator's Ctrl-C outside run() propagates.
+            if _operator_interrupt(exc):
+                raise
             error = exc
         finally:
             report = self._heartbeat.stop() if self._heartbeat is not None else None
@@ -421,7 +436,7 @@ class Worker:
             raise JobTimeoutInterrupt()
 
     def _report(
-        self, job: QueuedJob, outcome: JobOutcome, duration: float, error: Exception | None, delay: float | None
+        self, job: QueuedJob, outcome: JobOutcome, duration: float, error: BaseException | None, delay: float | None
     ) -> None:
         assert self.reporter is not None
         try:
@@ -463,7 +478,7 @@ class Worker:
                 )
 
     def _settle_failure(
-        self, job: QueuedJob, error: Exception, report: RenewalReport | None
+        self, job: QueuedJob, error: BaseException, report: RenewalReport | None
     ) -> tuple[JobOutcome, float | None]:
         cap = job.max_attempts if job.max_attempts is not None else self.default_max_attempts
         message = _scrubbed_message(job, error)
@@ -488,7 +503,7 @@ class Worker:
         self,
         job: QueuedJob,
         operation: JobSettlement,
-        error: Exception | None,
+        error: BaseException | None,
         report: RenewalReport | None,
         *,
         delay: float = 0,
@@ -534,8 +549,10 @@ class Worker:
         if not signal_.receivers:
             return
         try:
-            # Receivers see the job with its Sensitive arguments redacted, as logs do.
-            shown = replace(job, args=_redacted_args(job))
+            # Receivers see the job with its Sensitive arguments redacted, as logs do, and without
+            # its receipt: a handle may hold the raw stored message (the Redis member, the AMQP
+            # body), and the delivery is settled by the time a receiver runs.
+            shown = replace(job, args=_redacted_args(job), handle=None)
             responses = signal_.send_robust(type(self.queue), job=shown, connection=self.connection, **kwargs)
         except Exception as exc:
             _contained(logger.error, "A %s receiver setup failed: %r", "signal", exc)
@@ -556,12 +573,23 @@ def snoozes_of(job: QueuedJob) -> int:
     return value if type(value) is int and value >= 0 else 0
 
 
+def _operator_interrupt(exc: BaseException) -> bool:
+    """True for a KeyboardInterrupt that may be the operator's Ctrl-C: raised in the main thread while
+    Python's own SIGINT handler is installed (process_next() called outside run()). Under run() the
+    worker's handler only sets the stop flag, so a KeyboardInterrupt there is the job's own."""
+    return (
+        isinstance(exc, KeyboardInterrupt)
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+
+
 def _redacted_args(job: QueuedJob) -> dict[str, Any]:
     try:
         from kinetis_queue.job import resolve_job_class
 
         return redacted_args(resolve_job_class(job.job_class), job.args)
-    except Exception:
+    except BaseException:  # an import the stored class triggers may raise anything, SystemExit included
         return redacted_args(None, job.args)
 
 
@@ -569,11 +597,13 @@ def _redacted(job: QueuedJob) -> str:
     return dumps(_redacted_args(job))
 
 
-def _scrubbed_message(job: QueuedJob, error: Exception) -> str:
-    """The exception's message with any Sensitive argument's value replaced (failure paths only)."""
+def _scrubbed_message(job: QueuedJob, error: BaseException) -> str:
+    """The exception's message with any Sensitive argument's value replaced, escaped and cut as a
+    failed-job record stores it (a lone surrogate would break a UTF-8 log stream)."""
     try:
-        return scrub(str(error), sensitive_values(job.job_class, job.args))
-    except Exception:
+        return storable(scrub(exception_text(error), sensitive_values(job.job_class, job.args)),
+                        MAX_RECORDED_TEXT, lines=True)
+    except BaseException:  # a job's __str__ may raise anything; it never stops the worker
         return "(message unavailable)"
 
 

@@ -86,6 +86,13 @@ MALFORMED = [
     pytest.param("job_id", "0" * 31 + "g", id="job-id-non-hex-char"),
     pytest.param("job_id", "", id="job-id-empty"),
     pytest.param("job_class", "", id="job-class-empty"),
+    # push() stores module.QualName of a real class: dotted identifiers, nothing else (issue 12, item 5).
+    pytest.param("job_class", "tests.jobs.Records\x1b[2J", id="job-class-escape-sequence"),
+    pytest.param("job_class", "tests.jobs.Records\nforged", id="job-class-newline"),
+    pytest.param("job_class", "tests.jobs.Records ", id="job-class-trailing-space"),
+    pytest.param("job_class", "Records", id="job-class-no-module"),
+    pytest.param("job_class", "tests..Records", id="job-class-empty-part"),
+    pytest.param("args", '{"la bel": "x"}', id="args-key-not-an-identifier"),
     pytest.param("attempts", -1, id="attempts-negative"),
     pytest.param("max_attempts", -1, id="max-attempts-negative"),
     pytest.param("pushed_at", -1.0, id="pushed-at-negative"),

@@ -14,6 +14,9 @@ Operations:
 - ``inject_raw(queue, name)``: write malformed item ``name`` of ``MALFORMED`` straight into the store;
 - ``inject_job(queue, job_class, args, max_attempts)``: write a well-formed job whose class or
   arguments the code cannot rebuild (a reconstruction failure, not malformed data);
+- ``inject_fields(queue, fields)``: write one job whose stored fields (the envelope's keys: id, pushedAt,
+  class, args, attempts, maxAttempts, metadata) are ``STORED_FIELDS`` overridden by ``fields``, each in
+  the backend's own layout; False when the store itself cannot hold such a value (nothing written);
 - ``make_due(queue)`` / ``due_at(queue)``: bring delayed jobs due / read when the first one is;
 - ``server()``: where a fault proxy should forward; ``service_fault()``: one fault of the service
   that only touches this run's sessions (None when the backend has none that is safe on a shared server).
@@ -23,9 +26,11 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Protocol
 
 from django.db import connections as db_connections
@@ -88,6 +93,15 @@ class Store(Protocol):
     def malformed(self, canary: str) -> list[str]: ...
     def inject_raw(self, queue: str, name: str, canary: str) -> None: ...
     def inject_job(self, queue: str, job_class: str, args: dict[str, Any], max_attempts: int | None) -> str: ...
+    def inject_fields(self, queue: str, fields: dict[str, Any]) -> bool: ...
+
+
+def stored_fields(**changes: Any) -> dict[str, Any]:
+    """A valid job of tests.hostile_jobs.Echo as the envelope's keys, with ``changes`` applied."""
+    fields: dict[str, Any] = {"id": uuid.uuid4().hex, "pushedAt": time.time(), "class": "tests.hostile_jobs.Echo",
+                              "args": {}, "attempts": 0, "maxAttempts": 1, "metadata": {}}
+    fields.update(changes)
+    return fields
 
 
 class SqlStore:
@@ -209,6 +223,18 @@ class SqlStore:
     def inject_job(self, queue: str, job_class: str, args: dict[str, Any], max_attempts: int | None) -> str:
         return self._insert(queue, job_class=job_class, args=json.dumps(args), max_attempts=max_attempts)
 
+    def inject_fields(self, queue: str, fields: dict[str, Any]) -> bool:
+        fields = stored_fields(**fields)
+        try:
+            self._insert(
+                queue, job_id=fields["id"], pushed_at=fields["pushedAt"], job_class=fields["class"],
+                args=json.dumps(fields["args"]), attempts=fields["attempts"], max_attempts=fields["maxAttempts"],
+                metadata=json.dumps(fields["metadata"]),
+            )
+        except Exception:  # the column or the driver refuses the value: no row can hold it
+            return False
+        return True
+
 
 class RedisStore:
     """The three keys of a queue (``RedisQueue.keys()``), through a plain redis-py client."""
@@ -302,9 +328,32 @@ class RedisStore:
         self.client.lpush(self._keys(queue).pending, json.dumps(envelope, separators=(",", ":")))
         return str(envelope["id"])
 
+    def inject_fields(self, queue: str, fields: dict[str, Any]) -> bool:
+        try:
+            member = json.dumps(stored_fields(**fields))
+        except (TypeError, ValueError):  # not a JSON value: no envelope holds it
+            return False
+        self.client.lpush(self._keys(queue).pending, member)
+        return True
+
 
 def _valid_body(job_class: str = "tests.faults.jobs.Tagged", args: dict[str, Any] | None = None) -> str:
     return json.dumps({"id": uuid.uuid4().hex, "pushedAt": time.time(), "class": job_class, "args": args or {}})
+
+
+#: Characters SQS refuses in a message or an attribute (it allows #x9, #xA, #xD, #x20 to #xD7FF,
+#: #xE000 to #xFFFD and #x10000 up).
+_SQS_REFUSED = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _sqs_number(text: str) -> bool:
+    """Whether SQS accepts ``text`` as a Number attribute: a finite decimal number."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        return Decimal(text).is_finite()
+    except InvalidOperation:
+        return False
 
 
 class SqsStore:
@@ -367,6 +416,33 @@ class SqsStore:
             "MessageAttributes": {"maxAttempts": {"DataType": "Number", "StringValue": str(max_attempts)}}}
         self.queue.client.send_message(QueueUrl=self._url(queue), MessageBody=body, **attributes)
         return str(json.loads(body)["id"])
+
+    def inject_fields(self, queue: str, fields: dict[str, Any]) -> bool:
+        """The body carries id, pushedAt, class and args; maxAttempts and metadata are message attributes
+        (as text: SQS keeps a Number attribute's text as sent). SQS counts attempts itself."""
+        if "attempts" in fields:
+            return False
+        fields = stored_fields(**fields)
+        try:
+            body = json.dumps({key: fields[key] for key in ("id", "pushedAt", "class", "args")})
+            metadata = fields["metadata"]
+            text = metadata if isinstance(metadata, str) else json.dumps(metadata)
+        except (TypeError, ValueError):  # not a JSON value: no message holds it
+            return False
+        attributes: dict[str, Any] = {}
+        if fields["maxAttempts"] is not None:
+            number = str(fields["maxAttempts"])
+            if not _sqs_number(number):
+                return False  # SQS refuses it at send (moto accepts it, then fails every receive)
+            attributes["maxAttempts"] = {"DataType": "Number", "StringValue": number}
+        if _SQS_REFUSED.search(text):
+            return False  # SQS refuses it at send (moto accepts some, then fails every receive)
+        attributes["metadata"] = {"DataType": "String", "StringValue": text}
+        try:
+            self.queue.client.send_message(QueueUrl=self._url(queue), MessageBody=body, MessageAttributes=attributes)
+        except Exception:  # SQS refuses the text (a NUL, a lone surrogate) or the number: no message holds it
+            return False
+        return True
 
 
 class RabbitMqStore:
@@ -443,6 +519,23 @@ class RabbitMqStore:
         self._publish(queue, body.encode(), content_type="application/json",
                       application_headers={"maxAttempts": max_attempts, "metadata": "{}"})
         return str(json.loads(body)["id"])
+
+    def inject_fields(self, queue: str, fields: dict[str, Any]) -> bool:
+        """The body carries id, pushedAt, class and args; attempts, maxAttempts and metadata (JSON text)
+        are headers, each written with whatever AMQP type py-amqp gives the value."""
+        fields = stored_fields(**fields)
+        metadata = fields["metadata"]
+        try:
+            body = json.dumps({key: fields[key] for key in ("id", "pushedAt", "class", "args")}).encode()
+        except (TypeError, ValueError):  # not a JSON value: no body holds it
+            return False
+        headers = {"attempts": fields["attempts"], "maxAttempts": fields["maxAttempts"],
+                   "metadata": metadata if isinstance(metadata, (str, datetime)) else json.dumps(metadata)}
+        try:
+            self._publish(queue, body, content_type="application/json", application_headers=headers)
+        except Exception:  # py-amqp cannot encode the value as a header: no message holds it
+            return False
+        return True
 
 
 def store_for(backend: Backend, queue: Queue) -> Store | None:

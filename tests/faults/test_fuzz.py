@@ -498,3 +498,95 @@ def _numbers(value: Any) -> list[Any]:
         else:
             found.append(item)
     return found
+
+
+# -- H4: hostile stored fields through a real worker ---------------------------------------------------
+
+#: Contents no push() writes, for any stored field: the worker must settle each one and go on (issue 12,
+#: item 5). Text fields meet NUL, control characters, lone surrogates, over-long and near-miss class
+#: paths; number fields meet wrong types and ranges; maps meet bad keys, bad strings and deep nesting.
+_ECHO = "tests.hostile_jobs.Echo"
+HOSTILE_VALUES: dict[str, Any] = {
+    "empty": "",
+    "nul": "\x00",
+    "class-nul": _ECHO + "\x00",
+    "class-lone-surrogate": _ECHO + "\ud800",
+    "class-escape-sequence": _ECHO + "\x1b[2J",
+    "class-newline": _ECHO + "\nforged line",
+    "class-rtl-override": "tests.hostile_jobs.Ech\u202eo",
+    "class-trailing-space": _ECHO + " ",
+    "class-no-module": "Echo",
+    "class-empty-part": "tests..Echo",
+    "class-256-chars": "tests." + "x" * 250,
+    "class-10000-chars": "tests." + "x" * 10_000,
+    "class-import-exits": "tests.hostile_import.Anything",
+    "class-not-a-job": "os.system",
+    "class-valid": _ECHO,
+    "none": None,
+    "true": True,
+    "zero": 0,
+    "negative": -1,
+    "fraction": 1.5,
+    "nan": float("nan"),
+    "int32-overflow": 2**31,
+    "huge-int": 10**30,
+    "list": [],
+    "map": {},
+    "map-lone-surrogate": {"label": "\ud800"},
+    "map-nul": {"label": "a\x00b"},
+    "map-key-nul": {"\x00": 1},
+    "map-key-not-identifier": {"la bel": 1},
+    "map-key-surrogate": {"\udc00": 1},
+    "map-deep": {"label": nested(MAX_DEPTH + 3, "list")},
+}
+
+
+class _AfterYear9999(datetime):
+    """Sent as an AMQP timestamp header ('T') one second past 9999-12-31, which no datetime can hold:
+    py-amqp fails while reading such a header. Elsewhere it is simply not a JSON value."""
+
+    def utctimetuple(self) -> time.struct_time:
+        return time.struct_time((9999, 12, 32, 0, 0, 0, 0, 1, 0))
+
+
+HOSTILE_VALUES["amqp-timestamp-past-9999"] = _AfterYear9999(2000, 1, 1)
+STORED_FIELD_NAMES = ("id", "pushedAt", "class", "args", "attempts", "maxAttempts", "metadata")
+
+
+@pytest.mark.timeout(300)
+def test_no_stored_field_content_stops_a_worker(
+    backend: Backend, connection: Queue, store: Any, queue_name: str, outcomes: list[tuple[str, dict[str, Any]]]
+) -> None:
+    """H4: every hostile value in every stored field, written raw in the backend's own layout, then taken by
+    a real Worker: it returns normally every time, and the message is settled (removed as malformed, run,
+    or failed with a record), nothing left waiting or reserved."""
+    from kinetis_queue.contracts import DisposableQueue
+    from kinetis_queue.models import FailedJob
+    from kinetis_queue.worker import Worker
+
+    seen = Counter[str]()
+    connection.size(queue_name)  # declares the queue where a store needs it (RabbitMQ drops a publish to none)
+    worker = Worker(connection, default_max_attempts=1, retry_base_delay=0)
+    try:
+        for field in STORED_FIELD_NAMES:
+            for name, value in HOSTILE_VALUES.items():
+                case = f"{field}={name}"
+                if not store.inject_fields(queue_name, {field: value}):
+                    seen["not storable"] += 1
+                    continue
+                before = len(outcomes)
+                assert worker.process_next(5, [queue_name]) is True, case
+                reported = [kind for kind, _ in outcomes[before:]]
+                assert reported in ([], ["job_succeeded"], ["job_failed_permanently"]), (case, reported)
+                if reported == ["job_failed_permanently"]:
+                    assert FailedJob.objects.filter(pk=outcomes[-1][1]["failed_job_id"]).exists(), case
+                seen[reported[0] if reported else "malformed"] += 1
+                assert store.remaining(queue_name) == 0, case
+    finally:
+        worker.close()
+    if isinstance(connection, DisposableQueue):
+        connection.dispose()  # RabbitMQ: a delivery still unacked would now be back in the queue
+    assert store.remaining(queue_name) == 0
+    write_report("H4-stored-field-fuzz", backend, cases=len(STORED_FIELD_NAMES) * len(HOSTILE_VALUES),
+                 outcomes=dict(seen))
+    assert seen["malformed"] and seen["job_succeeded"] and seen["job_failed_permanently"], seen

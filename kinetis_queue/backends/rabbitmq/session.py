@@ -19,6 +19,7 @@ from typing import Any, Final
 from urllib.parse import quote, unquote, urlsplit
 
 import amqp
+from amqp import method_framing
 
 from kinetis_queue.exceptions import QueueConfigurationError
 
@@ -97,6 +98,38 @@ def _ssl_options(params: ConnectionParams) -> dict[str, Any] | bool:
     return {"context": {"check_hostname": True}, "server_hostname": params.host}
 
 
+#: AMQP's frame type of a content header.
+_CONTENT_HEADER = 2
+#: A content header's fixed part: class-id (2 bytes), weight (2) and body size (8); property flags follow.
+_HEADER_FIXED = 12
+#: Property flags announcing no property at all.
+_NO_PROPERTIES = b"\x00\x00"
+
+
+def tolerant_frame_handler(connection: Any, callback: Any, **kwargs: Any) -> Callable[[Any], Any]:
+    """py-amqp's frame reader, except that a content header whose properties do not decode is read
+    as one without properties.
+
+    py-amqp decodes the headers table as the frame arrives, and some values a publisher can send
+    make that raise: an AMQP timestamp past the year 9999, a field of an unknown type. The exception
+    would leave the connection expecting a header forever (so it must be dropped) and the message
+    at the head of the queue for every worker after it. Read without properties, the message
+    arrives with no headers, and the queue reports it as malformed and rejects it once.
+    """
+    on_frame = method_framing.frame_handler(connection, callback, **kwargs)
+
+    def read(frame: tuple[int, int, Any]) -> Any:
+        frame_type, channel, buf = frame
+        if frame_type != _CONTENT_HEADER:
+            return on_frame(frame)
+        try:
+            return on_frame(frame)
+        except Exception:  # properties are assigned only once fully decoded, so the retry starts clean
+            return on_frame((frame_type, channel, bytes(buf[:_HEADER_FIXED]) + _NO_PROPERTIES))
+
+    return read
+
+
 class Session:
     """An open connection with a channel for deliveries and a confirm-mode channel for the rest.
 
@@ -117,6 +150,7 @@ class Session:
             read_timeout=OPERATION_TIMEOUT,
             write_timeout=OPERATION_TIMEOUT,
             client_properties={"connection_name": f"kinetis_queue {name} (pid {os.getpid()})"},
+            frame_handler=tolerant_frame_handler,
         )
         try:
             self.connection.connect()

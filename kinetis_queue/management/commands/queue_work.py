@@ -99,7 +99,7 @@ class Command(BaseCommand):
             queue = connections.build(settings.name)
         except KinetisQueueError as exc:
             raise CommandError(str(exc)) from exc
-        worker = Worker(queue, connection=options["connection"], default_max_attempts=tries,
+        worker = Worker(queue, connection=settings.name, default_max_attempts=tries,
                         retry_base_delay=backoff, job_timeout=job_timeout,
                         reporter=self._job_line if verbosity >= 1 else None)
         handler = self._attach_log_handler(verbosity)
