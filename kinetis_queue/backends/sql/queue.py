@@ -8,10 +8,11 @@ import time
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Self
 
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
 
+from kinetis_queue import tables
 from kinetis_queue.backends.sql.claim import claim
 from kinetis_queue.backends.sql.timeouts import DEFAULT_OPERATION_TIMEOUT, bounded, client_options
 from kinetis_queue.conf import ConnectionSettings
@@ -33,6 +34,8 @@ from kinetis_queue.envelope import (
 )
 from kinetis_queue.exceptions import InvalidQueueArgumentError, StaleJobHandleError
 
+#: The jobs table (models.QueuedJobRecord), named in every statement below.
+JOBS_TABLE = "kinetis_queue_jobs"
 INSERT = (
     "INSERT INTO kinetis_queue_jobs (job_id, queue, job_class, args, metadata, attempts, max_attempts, "
     "pushed_at, available_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -172,11 +175,18 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             envelope.pushed_at + delay,
         ]
         db = connections[self.database]
-        if db.vendor == "postgresql" and self.prepared_statements and not db.queries_logged:
-            self._push_prepared(db, params)
-            return
-        with db.cursor() as cursor:
-            cursor.execute(INSERT, params)
+        try:
+            if db.vendor == "postgresql" and self.prepared_statements and not db.queries_logged:
+                self._push_prepared(db, params)
+                return
+            with db.cursor() as cursor:
+                cursor.execute(INSERT, params)
+        except DatabaseError as exc:
+            # Only after the database refused: no query is added to a successful push.
+            clear = tables.explain(self.database, exc, JOBS_TABLE)
+            if clear is None:
+                raise
+            raise clear from exc
 
     def _push_prepared(self, db: BaseDatabaseWrapper, params: list[Any]) -> None:
         """PostgreSQL's hot path: one server-side prepared INSERT on a cursor kept per connection.
