@@ -124,8 +124,8 @@ def discoverable(module: str) -> bool:
 
 
 def discovered() -> frozenset[str]:
-    """The discovery modules this process imported successfully."""
-    return frozenset(name for name, failure in _attempted.items() if failure is None)
+    """The current discovery modules (under today's settings) this process imported successfully."""
+    return frozenset(name for name in discovery_modules() if name in _attempted and _attempted[name] is None)
 
 
 # -- resolution ------------------------------------------------------------------------------------
@@ -169,14 +169,16 @@ def _why(path: str, kind: str) -> str:
     """Why ``path`` names no registered ``kind``: from what this process knows, importing nothing."""
     for name, failure in list(_attempted.items()):
         if failure is not None and (path == name or path.startswith(name + ".")):
-            return (f"its module {name!r} failed to import at start-up "
-                    f"({type(failure.error).__name__}: {failure.error})")
+            return f"its module {name!r} failed to import at start-up ({type(failure.error).__name__}: {failure.error})"
     module, rest = _imported_prefix(path)
-    if module is None:
-        return (f"its module {path.rpartition('.')[0] or path!r} was never imported in this process. A worker "
-                f"imports nothing a payload names: it knows the {' and '.join(DISCOVERED_SUBMODULES)} modules "
-                "of INSTALLED_APPS, the modules listed in KINETIS_QUEUE['IMPORTS'] (list it there) and what "
-                "those and the project import at start-up")
+    if module is None or (rest and hasattr(module, "__path__") and rest[0] not in vars(module)):
+        # Nothing imported, or an imported package without the submodule: the module was never imported.
+        return (
+            f"its module {path.rpartition('.')[0] or path!r} was never imported in this process. A worker "
+            f"imports nothing a payload names: it knows the {' and '.join(DISCOVERED_SUBMODULES)} modules "
+            "of INSTALLED_APPS, the modules listed in KINETIS_QUEUE['IMPORTS'] (list it there) and what "
+            "those and the project import at start-up"
+        )
     if not rest:
         return f"it is a module, not {kind}"
     if _walk(module, rest) is _MISSING:
@@ -249,13 +251,17 @@ def runnable_problem(cls: type[Job]) -> str | None:
     """
     path = job_class_path(cls)
     if cls.__module__ == "__main__":
-        return (f"{path}: the class is defined in __main__ (a script or the shell), which a worker cannot "
-                "import; define it in a module, such as <app>/jobs.py")
+        return (
+            f"{path}: the class is defined in __main__ (a script or the shell), which a worker cannot "
+            "import; define it in a module, such as <app>/jobs.py"
+        )
     if "<locals>" in cls.__qualname__:
         return f"{path}: the class is defined inside a function; a worker can only find a module-level class"
     if not reachable(cls):
-        return (f"{path}: the class is not found under that name in an importable module (defined in the "
-                "shell, or created dynamically?); a worker finds a job class only by its dotted path")
+        return (
+            f"{path}: the class is not found under that name in an importable module (defined in the "
+            "shell, or created dynamically?); a worker finds a job class only by its dotted path"
+        )
     if cls.handle is Job.handle:
         return f"{path} defines no handle(), so a worker has nothing to run"
     try:
