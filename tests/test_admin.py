@@ -184,7 +184,7 @@ def test_retrying_a_tampered_record_pushes_nothing_and_says_why(record: FailedJo
     assert response.status_code == 302
     page = client.get(response["Location"]).content.decode()
     assert f"Failed job {record.pk} was not retried: JobReconstructionError" in page
-    assert "&#x27;os.system&#x27; is not a known Job subclass" in page
+    assert "&#x27;os.system&#x27; cannot be resolved: it is not a Job subclass" in page
     assert FailedJob.objects.filter(pk=record.pk).exists()
     assert queues["sqlite"].size(queue_name) == 0
 
