@@ -57,13 +57,18 @@ def require_for(queue: object | None) -> None:
     work to report, as before this check existed.
     """
     from kinetis_queue.backends.sql import SqlQueue
-    from kinetis_queue.models import FailedJob, QueuedJobRecord, RestartMarker
+    from kinetis_queue.models import FailedJob, RestartMarker
 
+    if isinstance(queue, SqlQueue):
+        try:
+            absent = queue.missing_tables()  # on the worker's own, time-bounded connection
+        except DatabaseError:
+            absent = []
+        if absent:
+            raise QueueTablesMissingError(queue.database, absent)
     needed: dict[str, list[str]] = {}
     for model in (FailedJob, RestartMarker):
         needed.setdefault(router.db_for_write(model), []).append(model._meta.db_table)
-    if isinstance(queue, SqlQueue):
-        needed.setdefault(queue.database, []).append(QueuedJobRecord._meta.db_table)
     for alias, tables in needed.items():
         db = connections[alias]
         was_open = db.connection is not None

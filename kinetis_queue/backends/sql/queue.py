@@ -150,6 +150,17 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
                                    "SET default_transaction_isolation TO 'read committed'")
         return db
 
+    def missing_tables(self) -> list[str]:
+        """[JOBS_TABLE] if this queue's database lacks it (``migrate`` never ran there), else [].
+
+        Asked once by ``queue_work`` at start-up, on the worker's own connection, so OPERATION_TIMEOUT
+        bounds it like every worker-side call.
+        """
+        db = self._worker_db()
+        with bounded(db, self.operation_timeout), db.cursor() as cursor:
+            present = db.introspection.table_names(cursor)
+        return [] if JOBS_TABLE in present else [JOBS_TABLE]
+
     def dispose(self) -> None:
         with self._opened_lock:
             opened, self._opened = self._opened, []
