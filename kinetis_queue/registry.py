@@ -171,7 +171,7 @@ def _why(path: str, kind: str) -> str:
         if failure is not None and (path == name or path.startswith(name + ".")):
             return f"its module {name!r} failed to import at start-up ({type(failure.error).__name__}: {failure.error})"
     module, rest = _imported_prefix(path)
-    if module is None or (rest and hasattr(module, "__path__") and rest[0] not in vars(module)):
+    if module is None or (len(rest) > 1 and hasattr(module, "__path__") and rest[0] not in vars(module)):
         # Nothing imported, or an imported package without the submodule: the module was never imported.
         return (
             f"its module {path.rpartition('.')[0] or path!r} was never imported in this process. A worker "

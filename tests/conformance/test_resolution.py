@@ -101,6 +101,7 @@ def test_a_task_in_an_unimported_module_fails_the_job_and_is_never_imported(
     ("path", "reason"),
     [
         ("tests.jobs.NoSuchJob", "module 'tests.jobs' has no attribute 'NoSuchJob'"),
+        ("tests.NoSuchJob", "module 'tests' has no attribute 'NoSuchJob'"),
         ("tests.jobs.Color", "it is not a Job subclass"),
         ("tests.jobs", "it is a module, not a Job subclass"),
         ("os.system", "it is not a Job subclass"),
