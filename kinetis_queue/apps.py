@@ -1,9 +1,11 @@
-"""Django app config: imports the system checks and autodiscovers ``<app>.jobs`` modules."""
+"""Django app config: imports the system checks and runs discovery (registry.py)."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+
 from django.apps import AppConfig
-from django.utils.module_loading import autodiscover_modules
 
 
 class KinetisQueueConfig(AppConfig):
@@ -12,7 +14,12 @@ class KinetisQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from kinetis_queue import checks  # noqa: F401  (registers the system checks)
+        from kinetis_queue import checks, receivers, registry  # noqa: F401  (checks registers the system checks)
 
-        # Job classes are resolved only among classes the process knows (DESIGN.md §2).
-        autodiscover_modules("jobs")
+        # The package's own carrier jobs (QueuedReceiverJob above, RunTask where django.tasks exists)
+        # are registered before any message arrives: a worker resolves only registered names.
+        if any(importlib.util.find_spec(name) is not None for name in ("django.tasks", "django_tasks")):
+            importlib.import_module("kinetis_queue.tasks")
+        # Job classes, receivers and tasks are resolved only among what the process knows (DESIGN.md §2).
+        # A module that fails to import is kept and reported (check E004, queue_work), not raised here.
+        registry.discover()

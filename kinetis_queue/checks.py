@@ -5,6 +5,16 @@ Errors:
   includes an SQL connection whose DATABASE is not an alias in DATABASES (the hint lists them).
 - kinetis_queue.E002: a connection's backend needs a client library that is not installed.
 - kinetis_queue.E003: a connection's custom BACKEND cannot be imported or is not a Queue subclass.
+- kinetis_queue.E004: a discovery module (an app's ``jobs``/``tasks`` module, a KINETIS_QUEUE["IMPORTS"]
+  entry) failed to import; the message names the module and the exception. queue_work refuses to start.
+- kinetis_queue.E005: a Job subclass defined in a discovery module cannot be run by a worker (no
+  handle(), a handle() parameter the worker cannot pass, a class it cannot find by its path). A base
+  class without handle() that has subclasses, or an abstract one, is not reported.
+
+Database checks (``check --database ALIAS``, and ``migrate``, which runs them first):
+- kinetis_queue.W004: the kinetis_queue tables are missing in that database: run ``manage.py migrate``.
+  A warning, not an error: ``migrate`` runs database checks before migrating, and an error there
+  would stop the very command that creates the tables.
 
 Warnings (deployment only):
 - kinetis_queue.W001: the default connection is the sync backend (jobs run inside the request).
@@ -14,14 +24,16 @@ Warnings (deployment only):
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error, Tags, register
 from django.core.checks import Warning as CheckWarning
+from django.db import DatabaseError
 
-from kinetis_queue import conf
-from kinetis_queue.exceptions import QueueConfigurationError, QueueUnavailableError
+from kinetis_queue import conf, registry, tables
+from kinetis_queue.exceptions import QueueConfigurationError, QueueTablesMissingError, QueueUnavailableError
 
 #: The tail of conf's message for an SQL connection's unknown DATABASE alias.
 _MISSING_ALIAS = "['DATABASE'] must name an alias in DATABASES"
@@ -94,4 +106,45 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
                     hint="Use PostgreSQL or MySQL 8 / MariaDB 10.6+ for the jobs table in production.",
                     obj=name, id="kinetis_queue.W003",
                 ))
+    return warnings
+
+
+@register()
+def check_discovery(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E004-E005: every discovery module imports, and the job classes it defines can run on a worker."""
+    from kinetis_queue.job import Job, job_class_path
+
+    errors: list[CheckMessage] = [
+        Error(str(failure), obj=failure.module, id="kinetis_queue.E004",
+              hint="Fix the module (or remove it from KINETIS_QUEUE['IMPORTS']); queue_work will not start "
+                   "while it fails.")
+        for failure in registry.discover()
+    ]
+    modules = registry.discovered()
+    classes = [cls for cls in list(Job._registry.values()) if cls.__module__ in modules]
+    for cls in classes:
+        if cls.handle is Job.handle and (inspect.isabstract(cls) or any(
+                other is not cls and issubclass(other, cls) for other in Job._registry.values())):
+            continue  # a base class: its subclasses are what gets pushed
+        problem = registry.runnable_problem(cls)
+        if problem is not None:
+            errors.append(Error(problem, obj=job_class_path(cls), id="kinetis_queue.E005"))
+    return errors
+
+
+@register(Tags.database)
+def check_tables(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W004: the kinetis_queue tables exist in each database the check is asked about."""
+    warnings: list[CheckMessage] = []
+    for alias in databases or ():
+        try:
+            absent = tables.missing(alias, tables.app_tables(alias))
+        except DatabaseError:
+            continue  # an unreachable database is not this check's to report
+        if absent:
+            warnings.append(CheckWarning(
+                str(QueueTablesMissingError(alias, absent)),
+                hint="A forgotten migrate: push(), queue_work and queue_status need these tables.",
+                obj=alias, id="kinetis_queue.W004",
+            ))
     return warnings

@@ -75,6 +75,8 @@ class ConnectionSettings:
 class QueueSettings:
     default_connection: str
     connections: dict[str, ConnectionSettings] = field(default_factory=dict)
+    #: KINETIS_QUEUE["IMPORTS"]: modules discovery imports besides each app's jobs and tasks modules.
+    imports: tuple[str, ...] = ()
 
 
 def _key(*path: str) -> str:
@@ -116,7 +118,7 @@ def load() -> QueueSettings:
         raw = DEFAULT_SETTING
     if not isinstance(raw, Mapping):
         raise QueueConfigurationError("KINETIS_QUEUE must be a dict")
-    allowed_top = {"DEFAULT_CONNECTION", "CONNECTIONS", *SHARED_KEYS}
+    allowed_top = {"DEFAULT_CONNECTION", "CONNECTIONS", "IMPORTS", *SHARED_KEYS}
     for key in raw:
         if key not in allowed_top:
             raise _fail((str(key),), f"is not a known key (known: {', '.join(sorted(allowed_top))})")
@@ -133,7 +135,29 @@ def load() -> QueueSettings:
     default = raw.get("DEFAULT_CONNECTION", "default")
     if type(default) is not str or default not in parsed:
         raise _fail(("DEFAULT_CONNECTION",), "must name one of KINETIS_QUEUE['CONNECTIONS']")
-    return QueueSettings(default, parsed)
+    return QueueSettings(default, parsed, _imports(raw))
+
+
+#: A dotted module name: identifiers separated by dots.
+_MODULE_NAME = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*")
+
+
+def imports() -> tuple[str, ...]:
+    """KINETIS_QUEUE["IMPORTS"] alone, validated: discovery reads it without the rest of the setting."""
+    raw = getattr(settings, "KINETIS_QUEUE", None)
+    return _imports(raw) if isinstance(raw, Mapping) else ()
+
+
+def _imports(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """The IMPORTS list: dotted module names the worker imports at start-up (as Celery's ``imports``)."""
+    value = raw.get("IMPORTS", ())
+    if not isinstance(value, list | tuple):
+        raise _fail(("IMPORTS",), "must be a list of dotted module names")
+    for index, name in enumerate(value):
+        if type(name) is not str or _MODULE_NAME.fullmatch(name) is None:
+            raise QueueConfigurationError(f"{_key('IMPORTS')}[{index}] must be a dotted module name, such as "
+                                          "'reports.schedules'")
+    return tuple(value)
 
 
 def _connection(name: Any, entry: Any, defaults: dict[str, Any]) -> ConnectionSettings:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from kinetis_queue.envelope import Envelope, new_envelope
 from kinetis_queue.job import Job
+from kinetis_queue.registry import ensure_runnable
 from kinetis_queue.serializer import serialize_job
 from kinetis_queue.validation import (
     validate_delay,
@@ -103,11 +104,16 @@ class Queue(ABC):
     def prepare(
         self, job: Job, delay: object = 0, queue: str = "default", max_attempts: int | None = None
     ) -> tuple[Envelope, float]:
-        """push()'s checks and serialization, without I/O: the envelope to store and the delay in seconds."""
+        """push()'s checks and serialization, without I/O: the envelope to store and the delay in seconds.
+
+        A job no worker could run (no handle(), an uncallable handle(), a class defined in
+        ``__main__``, the shell or a function) raises UnrunnableJobError here: nothing is sent.
+        """
         seconds = validate_delay(delay)
         validate_queue_name(queue)
         cap = validate_max_attempts(max_attempts)
         job_class, args = serialize_job(job)
+        ensure_runnable(type(job))
         return new_envelope(job_class, args, cap, self._metadata()), seconds
 
     def pop(self, timeout: float, queues: Sequence[str]) -> QueuedJob | None:

@@ -26,6 +26,24 @@ class UnserializableJobError(KinetisQueueError, TypeError):
     """A job argument has no wire form, or a parameter has no same-named attribute; nothing was sent."""
 
 
+class UnrunnableJobError(KinetisQueueError, TypeError):
+    """push() got a job no worker could run: no handle(), a handle() the worker cannot call, or a class a
+    worker cannot find by its dotted path (defined in ``__main__``, the shell or a function); nothing was sent."""
+
+
+class QueueTablesMissingError(KinetisQueueError):
+    """The kinetis_queue tables do not exist in a database (``manage.py migrate`` was not run there)."""
+
+    def __init__(self, alias: str, tables: list[str]) -> None:
+        self.alias = alias
+        self.tables = tables
+        where = "" if alias == "default" else f" --database {alias}"
+        super().__init__(
+            f"the kinetis_queue tables are missing in database {alias!r} ({', '.join(tables)}): "
+            f"run `manage.py migrate{where}`"
+        )
+
+
 class JobReconstructionError(KinetisQueueError):
     """The stored class or arguments no longer match the code; handled as the job's own failure."""
 

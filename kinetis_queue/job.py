@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
 import typing
@@ -10,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from kinetis_queue.exceptions import JobReconstructionError, UnresolvableJobParameterError
+from kinetis_queue.exceptions import UnresolvableJobParameterError
 
 
 class _SensitiveMarker:
@@ -132,34 +131,14 @@ def display_name(path: str, args: Mapping[str, Any]) -> str:
 
 
 def resolve_job_class(path: str) -> type[Job]:
-    """Find the Job subclass stored as ``path``, importing only modules inside installed apps.
+    """The Job subclass stored as ``path``, among classes this process registered (registry.py).
 
-    A payload must never make the worker import an arbitrary module (DESIGN.md §2): a name not
-    already known is looked up only when its module lies inside an app in INSTALLED_APPS, and
-    whatever is found must be a Job subclass.
+    Nothing is imported: a payload never makes the worker import a module (DESIGN.md §2). Raises
+    JobReconstructionError naming the real reason (its module failed to import, was never imported...).
     """
-    cls = Job._registry.get(path)
-    if cls is not None:
-        return cls
-    module_name, _, _ = path.rpartition(".")
-    if module_name and _inside_installed_app(module_name):
-        try:
-            importlib.import_module(module_name)
-        except ImportError:
-            pass
-        cls = Job._registry.get(path)
-        if cls is not None:
-            return cls
-    raise JobReconstructionError(f"job class {path!r} is not a known Job subclass")
+    from kinetis_queue import registry
 
-
-def _inside_installed_app(module_name: str) -> bool:
-    from django.apps import apps
-
-    return any(
-        module_name == config.name or module_name.startswith(config.name + ".")
-        for config in apps.get_app_configs()
-    )
+    return registry.resolve_job_class(path)
 
 
 #: Per job class: for each handle() parameter, whether it receives the JobContext.

@@ -18,21 +18,21 @@ listeners holds here too:
   database, it is part of that transaction; on any other store it is not, so a job can run before
   the commit or survive a rollback. ``on_commit=True`` pushes from ``transaction.on_commit`` instead.
 
-A payload can only name a function registered by this decorator in the worker's process (its
-module imported at start-up, or lying inside an installed app): it can never make the worker call
+A payload can only name a function registered by this decorator in the worker's process before
+the message arrived (its module discovered at start-up, listed in KINETIS_QUEUE["IMPORTS"], or
+imported by the project; see registry.py): it never makes the worker import a module or call
 anything else.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, TypeVar
 
 from django.dispatch import Signal
 
-from kinetis_queue.exceptions import JobReconstructionError, UnserializableJobError
-from kinetis_queue.job import Job, Sensitive, _inside_installed_app
+from kinetis_queue.exceptions import UnserializableJobError
+from kinetis_queue.job import Job, Sensitive
 from kinetis_queue.serializer import serialize_job
 from kinetis_queue.validation import validate_delay, validate_max_attempts, validate_queue_name
 
@@ -61,21 +61,10 @@ class QueuedReceiverJob(Job):
 
 
 def resolve_receiver(path: str) -> Callable[..., Any]:
-    """The queued receiver registered as ``path``, importing only modules inside installed apps."""
-    function = _RECEIVERS.get(path)
-    if function is None:
-        module, _, _ = path.rpartition(".")
-        while module and function is None:
-            if _inside_installed_app(module):
-                try:
-                    importlib.import_module(module)
-                except ImportError:
-                    pass
-                function = _RECEIVERS.get(path)
-            module = module.rpartition(".")[0]
-    if function is None:
-        raise JobReconstructionError(f"queued receiver {path!r} is not registered in this process")
-    return function
+    """The queued receiver registered as ``path`` in this process; imports nothing (registry.py)."""
+    from kinetis_queue import registry
+
+    return registry.resolve_receiver(path)
 
 
 class _SignalArgument(Job):

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kinetis_queue import conf, connections
+from kinetis_queue import conf, connections, tables
 from kinetis_queue.contracts import DisposableQueue, Queue, QueueStats
 from kinetis_queue.failed import failed_counts
 from kinetis_queue.validation import QUEUE_NAME
@@ -47,10 +47,12 @@ def collect(connection: str | None = None, queues: Sequence[str] | None = None) 
     the backend can list, plus those with failed records, else "default").
 
     A connection whose figures cannot be read is returned with ``error`` set; the others still are.
-    Raises QueueConfigurationError for a bad setting or an unknown connection, before any I/O.
+    Raises QueueConfigurationError for a bad setting or an unknown connection, before any I/O, and
+    QueueTablesMissingError when the failed-jobs table is missing (``migrate`` was not run).
     """
     loaded = conf.load()
     names = [conf.connection_settings(connection).name] if connection else list(loaded.connections)
+    tables.require_for(None)
     failed = failed_counts(loaded.default_connection)
     result = []
     for name in names:
@@ -65,11 +67,23 @@ def collect(connection: str | None = None, queues: Sequence[str] | None = None) 
             figures = [QueueFigures(q, queue.stats(q), failed.get((name, q), 0)) for q in wanted]
             result.append(ConnectionFigures(name, settings.backend, figures))
         except Exception as exc:
-            result.append(ConnectionFigures(name, settings.backend, error=f"{type(exc).__name__}: {exc}"))
+            result.append(ConnectionFigures(name, settings.backend, error=_describe_error(queue, exc)))
         finally:
             if isinstance(queue, DisposableQueue):
                 queue.dispose()
     return result
+
+
+def _describe_error(queue: Queue, exc: Exception) -> str:
+    """Why figures are unavailable; a missing jobs table is said in plain words (run migrate)."""
+    from kinetis_queue.backends.sql import SqlQueue
+    from kinetis_queue.backends.sql.queue import JOBS_TABLE
+
+    if isinstance(queue, SqlQueue):
+        clear = tables.explain(queue.database, exc, JOBS_TABLE)
+        if clear is not None:
+            exc = clear
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _queue_names(queue: Queue, connection: str, failed: dict[tuple[str, str], int]) -> list[str]:

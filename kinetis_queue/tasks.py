@@ -22,13 +22,12 @@ from django.core import checks
 from django.db import router, transaction
 from django.utils import timezone
 from django.utils.crypto import get_random_string
-from django.utils.module_loading import import_string
 
-from kinetis_queue import conf, connections, signals
+from kinetis_queue import conf, connections, registry, signals
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.dispatch import push_after_commit
-from kinetis_queue.exceptions import JobReconstructionError, KinetisQueueError
-from kinetis_queue.job import Job, JobContext, Sensitive, Snooze, _inside_installed_app
+from kinetis_queue.exceptions import KinetisQueueError
+from kinetis_queue.job import Job, JobContext, Sensitive, Snooze
 from kinetis_queue.task_results import TaskResultRecord
 from kinetis_queue.tasks_compat import (
     BaseTaskBackend,
@@ -85,8 +84,12 @@ class KinetisTaskBackend(BaseTaskBackend):
     def validate_task(self, task: AnyTask) -> None:
         super().validate_task(task)
         module = task.func.__module__
-        if not _inside_installed_app(module):
-            raise InvalidTask(f"Task module {module!r} is not inside an installed app, so a worker cannot import it.")
+        if not registry.discoverable(module) or "<locals>" in task.func.__qualname__:
+            raise InvalidTask(
+                f"Task {task.module_path!r} is not defined at module level in a module a worker imports at "
+                f"start-up (the {' and '.join(registry.DISCOVERED_SUBMODULES)} modules of INSTALLED_APPS, or one "
+                "listed in KINETIS_QUEUE['IMPORTS']), so no worker could find it."
+            )
         if QUEUE_NAME.fullmatch(task.queue_name) is None:
             raise InvalidTask(f"Queue name {task.queue_name!r} is invalid: use 1 to 80 letters, digits, '-' or '_'.")
 
@@ -159,17 +162,8 @@ class KinetisTaskBackend(BaseTaskBackend):
 
 
 def _load_task(path: str) -> AnyTask:
-    """The Task object stored as ``path``, importing only modules inside installed apps."""
-    module, _, _ = path.rpartition(".")
-    if not _inside_installed_app(module):
-        raise JobReconstructionError(f"task {path!r} is not inside an installed app")
-    try:
-        task = import_string(path)
-    except ImportError as exc:
-        raise JobReconstructionError(f"task {path!r} cannot be imported ({type(exc).__name__})") from exc
-    if not isinstance(task, Task):
-        raise JobReconstructionError(f"{path!r} is not a django.tasks Task")
-    return task
+    """The Task object stored as ``path``, from a module this process already imported (registry.py)."""
+    return registry.resolve_task(path)
 
 
 def _stores_jobs_in(queue: Queue, alias: str) -> bool:

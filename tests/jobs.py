@@ -63,11 +63,6 @@ class FailsOnce(Job):
             raise RuntimeError("first attempt fails")
 
 
-class BadHandle(Job):
-    def handle(self, count: int) -> None:  # type: ignore[override]
-        pass
-
-
 @dataclass
 class Sleeps(Job):
     """Sleeps for ``seconds`` (holding its reservation), then records."""
@@ -121,3 +116,23 @@ class SignalsWhileRunning(Job):
         while not Path(self.release).exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         Path(self.done).write_text(str(context.attempts))
+
+
+@dataclass
+class HangsUntilRerun(Job):
+    """The first run writes ``marker`` and hangs (to be SIGKILLed); a later run appends its attempt to ``done``.
+
+    The marker, not the attempt number, tells the runs apart: a broker redelivery keeps the attempt count
+    (tests/specific/test_rabbitmq_processes.py).
+    """
+
+    marker: str
+    done: str
+
+    def handle(self, context: JobContext) -> None:
+        marker = Path(self.marker)
+        if not marker.exists():
+            marker.write_text(str(context.attempts))
+            time.sleep(600)
+        with Path(self.done).open("a") as done:
+            done.write(f"{context.attempts}\n")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from importlib.util import find_spec
 from pathlib import Path
 
 SUBPROCESS = os.environ.get("KINETIS_TESTS_SUBPROCESS") == "1"
@@ -110,6 +111,13 @@ KINETIS_QUEUE = {
         "rabbitmq": {"BACKEND": "rabbitmq", "URL": RABBITMQ_URL},
     },
     "POLL_TIMEOUT": 1,
+    # Test modules a worker subprocess must know besides tests/jobs.py (discovered): a worker imports
+    # nothing a payload names (kinetis_queue/registry.py). task_defs needs django.tasks (or the backport).
+    "IMPORTS": [
+        "tests.operator_jobs",
+        "tests.operator_receivers",
+        *(["tests.task_defs"] if any(find_spec(name) for name in ("django.tasks", "django_tasks")) else []),
+    ],
 }
 
 # django.tasks (Django 6): @task functions in tests/task_defs.py run through the sqlite connection.

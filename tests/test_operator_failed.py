@@ -151,7 +151,7 @@ def test_queue_retry_pushes_to_the_records_connection(queue_name: str) -> None:
 @pytest.mark.parametrize(
     ("fields", "reason"),
     [
-        ({"job_class": "os.system"}, "JobReconstructionError: job class 'os.system' is not a known Job subclass"),
+        ({"job_class": "os.system"}, "JobReconstructionError: job class 'os.system' cannot be resolved: it is not a"),
         ({"args": json.dumps({"label": "x", "injected": 1})}, "matches no __init__ parameter"),
         ({"args": json.dumps({})}, "required argument label was not stored"),
         ({"args": '{"label": NaN}'}, "MalformedQueuedJobDataError"),

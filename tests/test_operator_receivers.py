@@ -101,7 +101,9 @@ def test_a_payload_naming_an_unregistered_function_is_never_called() -> None:
     work(r.QUEUE)
     record = FailedJob.objects.filter(queue=r.QUEUE).latest("id")
     assert record.exception_class == f"{JobReconstructionError.__module__}.JobReconstructionError"
-    assert record.exception_message == "queued receiver 'os.system' is not registered in this process"
+    assert record.exception_message == (
+        "queued receiver 'os.system' cannot be resolved: it is not a function registered by @queued_receiver"
+    )
     assert r.CALLS == []
 
 

@@ -175,6 +175,20 @@ def test_validation_adds_our_rules() -> None:
         task_defs.add.using(priority=5)
 
 
+def not_discovered() -> None:
+    """A module-level function of a module no worker imports at start-up (not a jobs/tasks module, not in IMPORTS)."""
+
+
+def test_enqueue_accepts_only_a_task_a_worker_will_have_imported() -> None:
+    """Issue 12 item 7: a task's module must be one discovery imports, else no worker could resolve it."""
+    from kinetis_queue.tasks_compat import task
+
+    with pytest.raises(InvalidTask, match="KINETIS_QUEUE\\['IMPORTS'\\]") as raised:
+        task(not_discovered)
+    assert "'tests.test_tasks.not_discovered'" in str(raised.value)
+    assert task_defs.add.module_path == "tests.task_defs.add"  # listed in IMPORTS (tests/settings.py): accepted
+
+
 def test_an_unknown_result_id_does_not_exist() -> None:
     with pytest.raises(TaskResultDoesNotExist):
         default_task_backend.get_result("123")

@@ -11,44 +11,23 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kinetis_queue import Job, JobContext, connections
+from kinetis_queue import JobContext, connections
 from kinetis_queue.backends.rabbitmq import RabbitMqQueue
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.conftest import wait_until
-from tests.jobs import Noop
+from tests.jobs import HangsUntilRerun, Noop
 from tests.settings import RABBITMQ_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The heartbeat interval of the long-job test, in seconds; the job runs for more than three of them.
 SHORT_HEARTBEAT = 2
-
-
-@dataclass
-class HangsUntilRerun(Job):
-    """The first run writes ``marker`` and hangs (to be SIGKILLed); a later run appends its attempt to ``done``.
-
-    The marker, not the attempt number, tells the runs apart: a broker redelivery keeps the attempt count.
-    """
-
-    marker: str
-    done: str
-
-    def handle(self, context: JobContext) -> None:
-        marker = Path(self.marker)
-        if not marker.exists():
-            marker.write_text(str(context.attempts))
-            time.sleep(600)
-        with Path(self.done).open("a") as done:
-            done.write(f"{context.attempts}\n")
 
 
 @pytest.fixture

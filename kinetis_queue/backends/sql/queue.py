@@ -8,10 +8,11 @@ import time
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Self
 
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
 
+from kinetis_queue import tables
 from kinetis_queue.backends.sql.claim import claim
 from kinetis_queue.backends.sql.timeouts import DEFAULT_OPERATION_TIMEOUT, bounded, client_options
 from kinetis_queue.conf import ConnectionSettings
@@ -33,6 +34,8 @@ from kinetis_queue.envelope import (
 )
 from kinetis_queue.exceptions import InvalidQueueArgumentError, StaleJobHandleError
 
+#: The jobs table (models.QueuedJobRecord), named in every statement below.
+JOBS_TABLE = "kinetis_queue_jobs"
 INSERT = (
     "INSERT INTO kinetis_queue_jobs (job_id, queue, job_class, args, metadata, attempts, max_attempts, "
     "pushed_at, available_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -147,6 +150,17 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
                                    "SET default_transaction_isolation TO 'read committed'")
         return db
 
+    def missing_tables(self) -> list[str]:
+        """[JOBS_TABLE] if this queue's database lacks it (``migrate`` never ran there), else [].
+
+        Asked once by ``queue_work`` at start-up, on the worker's own connection, so OPERATION_TIMEOUT
+        bounds it like every worker-side call.
+        """
+        db = self._worker_db()
+        with bounded(db, self.operation_timeout), db.cursor() as cursor:
+            present = db.introspection.table_names(cursor)
+        return [] if JOBS_TABLE in present else [JOBS_TABLE]
+
     def dispose(self) -> None:
         with self._opened_lock:
             opened, self._opened = self._opened, []
@@ -172,11 +186,18 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             envelope.pushed_at + delay,
         ]
         db = connections[self.database]
-        if db.vendor == "postgresql" and self.prepared_statements and not db.queries_logged:
-            self._push_prepared(db, params)
-            return
-        with db.cursor() as cursor:
-            cursor.execute(INSERT, params)
+        try:
+            if db.vendor == "postgresql" and self.prepared_statements and not db.queries_logged:
+                self._push_prepared(db, params)
+                return
+            with db.cursor() as cursor:
+                cursor.execute(INSERT, params)
+        except DatabaseError as exc:
+            # Only after the database refused: no query is added to a successful push.
+            clear = tables.explain(self.database, exc, JOBS_TABLE)
+            if clear is None:
+                raise
+            raise clear from exc
 
     def _push_prepared(self, db: BaseDatabaseWrapper, params: list[Any]) -> None:
         """PostgreSQL's hot path: one server-side prepared INSERT on a cursor kept per connection.

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kinetis_queue import conf, status
-from kinetis_queue.exceptions import KinetisQueueError
+from kinetis_queue.exceptions import KinetisQueueError, QueueTablesMissingError
 from kinetis_queue.management.commands._arguments import connection_name, queue_list
 
 
@@ -39,7 +39,10 @@ class Command(BaseCommand):
                 conf.load()
         except KinetisQueueError as exc:
             raise CommandError(str(exc)) from exc
-        figures = status.collect(options["connection"], options["queue"])
+        try:
+            figures = status.collect(options["connection"], options["queue"])
+        except QueueTablesMissingError as exc:
+            raise CommandError(str(exc)) from exc
         if options["json"]:
             self.stdout.write(json.dumps({"connections": [f.as_dict() for f in figures]}, indent=2))
         else:

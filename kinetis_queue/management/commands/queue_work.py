@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kinetis_queue import conf, connections
+from kinetis_queue import conf, connections, registry, tables
 from kinetis_queue.contracts import DisposableQueue, Queue, RenewableQueue
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import (
@@ -46,6 +46,14 @@ def _backoff(value: str) -> float:
 
 #: -v 1 shows warnings and errors of the worker's log, -v 2 adds a line per job's log, -v 3 debug.
 LOG_LEVELS = {1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
+
+
+def _refuse_failed_discovery() -> None:
+    """A jobs/tasks/IMPORTS module that failed to import stops the worker before it takes any job:
+    every message naming one of its classes would fail. The same message as check's E004."""
+    failures = registry.discover()
+    if failures:
+        raise CommandError("the worker cannot start: discovery failed: " + "; ".join(map(str, failures)))
 
 
 class Command(BaseCommand):
@@ -86,6 +94,7 @@ class Command(BaseCommand):
             settings = conf.connection_settings(options["connection"])
         except KinetisQueueError as exc:
             raise CommandError(str(exc)) from exc
+        _refuse_failed_discovery()
         verbosity: int = options["verbosity"]
         if options["processes"] > 1:
             self._supervise(options["processes"], verbosity)
@@ -98,6 +107,12 @@ class Command(BaseCommand):
         try:
             queue = connections.build(settings.name)
         except KinetisQueueError as exc:
+            raise CommandError(str(exc)) from exc
+        try:
+            tables.require_for(queue)
+        except KinetisQueueError as exc:
+            if isinstance(queue, DisposableQueue):
+                queue.dispose()
             raise CommandError(str(exc)) from exc
         worker = Worker(queue, connection=settings.name, default_max_attempts=tries,
                         retry_base_delay=backoff, job_timeout=job_timeout,
