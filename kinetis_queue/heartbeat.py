@@ -53,7 +53,7 @@ class Heartbeat:
             self._last_error = None
             # No notify: an idle thread wakes at least once per interval (see _run), so it is awake
             # by the first renewal's due time. Waking it for every job cost a thread switch per
-            # job: about 65 us, a third of a Redis worker's time per no-op job (bench/redis.py).
+            # job, a large share of a Redis worker's time per no-op job (python -m bench.redis).
 
     def stop(self) -> RenewalReport:
         """Stop renewing and wait out a renewal still in flight; return what happened."""

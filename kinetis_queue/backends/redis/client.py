@@ -108,9 +108,9 @@ class RedisClient:
 
     Idle connections wait in a list: a command takes one (or opens one), and puts it back when it
     has its reply, so there are never more connections than concurrent commands. This is a pool
-    without redis-py's ConnectionPool bookkeeping (locks, pid checks, metrics), which cost about a
-    third of a command's time on a local server (22 against 14 us per LPUSH, measured on this
-    machine). A connection found closed or holding unread data is reopened before anything is
+    without redis-py's ConnectionPool bookkeeping (locks, pid checks, metrics), which costs a large
+    share of a command's time on a local server (``python -m bench.redis`` shows it). A connection
+    found closed or holding unread data is reopened before anything is
     written, as redis-py's pool does.
     """
 

@@ -203,9 +203,9 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         """PostgreSQL's hot path: one server-side prepared INSERT on a cursor kept per connection.
 
         Django binds client-side, never prepares, and builds a cursor per call; on a one-row INSERT
-        that is about 40% of the time (bench/). The statement still runs on Django's own connection
-        for the alias, so it joins an open ``atomic()`` block exactly like ``db.cursor()`` would, and
-        errors are wrapped into Django's as usual. Skipped under DEBUG, whose query log needs
+        that is a large share of the time (``python -m bench`` shows it). The statement still runs on
+        Django's own connection for the alias, so it joins an open ``atomic()`` block exactly like
+        ``db.cursor()`` would, and errors are wrapped into Django's as usual. Skipped under DEBUG, whose query log needs
         Django's cursor, and when PREPARED_STATEMENTS is False (a pooler that cannot keep
         prepared statements).
         """
