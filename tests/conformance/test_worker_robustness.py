@@ -9,12 +9,14 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from kinetis_queue.contracts import Queue
+from kinetis_queue.exceptions import JobReconstructionError
 from kinetis_queue.models import FailedJob
 from kinetis_queue.worker import ExitReason, Worker
 from tests import hostile_jobs
@@ -81,9 +83,11 @@ def test_system_exit_from_init_on_reconstruction_is_the_jobs_own_failure(
     assert connection.size(queue_name) == 0
 
 
-def test_system_exit_from_an_import_the_stored_class_triggers_is_the_jobs_own_failure(
+def test_a_stored_class_whose_module_would_raise_system_exit_is_never_imported(
     connection: Queue, queue_name: str, outcomes: list, backend: Backend
 ) -> None:
+    """Item 6 met item 7: a payload never makes the worker import, so a module that raises SystemExit
+    when imported cannot stop it; the name does not resolve, which is the job's own failure."""
     job_id = connection.push(hostile_jobs.Echo(), queue=queue_name, max_attempts=2)
     _rewrite_stored_job(backend, job_id, "tests.hostile_import.Anything", {})
     worker = Worker(connection, retry_base_delay=0)
@@ -92,10 +96,13 @@ def test_system_exit_from_an_import_the_stored_class_triggers_is_the_jobs_own_fa
         run_once(worker, queue_name)
     finally:
         worker.close()
+    assert "tests.hostile_import" not in sys.modules
     assert [name for name, _ in outcomes] == ["job_released", "job_failed_permanently"]
-    assert all(type(kwargs["exception"]) is SystemExit for _, kwargs in outcomes)
+    assert all(type(kwargs["exception"]) is JobReconstructionError for _, kwargs in outcomes)
     record = FailedJob.objects.get(job_id=job_id)
-    assert (record.exception_class, record.job_class) == ("builtins.SystemExit", "tests.hostile_import.Anything")
+    assert record.job_class == "tests.hostile_import.Anything"
+    assert record.exception_class == "kinetis_queue.exceptions.JobReconstructionError"
+    assert "never imported" in record.exception_message
     assert connection.size(queue_name) == 0
 
 
