@@ -114,6 +114,7 @@ KINETIS_QUEUE = {
     # Test modules a worker subprocess must know besides tests/jobs.py (discovered): a worker imports
     # nothing a payload names (kinetis_queue/registry.py). task_defs needs django.tasks (or the backport).
     "IMPORTS": [
+        "tests.faults.jobs",
         "tests.operator_jobs",
         "tests.operator_receivers",
         *(["tests.task_defs"] if any(find_spec(name) for name in ("django.tasks", "django_tasks")) else []),
