@@ -115,6 +115,7 @@ KINETIS_QUEUE = {
     # nothing a payload names (kinetis_queue/registry.py). task_defs needs django.tasks (or the backport).
     "IMPORTS": [
         "tests.faults.jobs",
+        "tests.hostile_jobs",
         "tests.operator_jobs",
         "tests.operator_receivers",
         *(["tests.task_defs"] if any(find_spec(name) for name in ("django.tasks", "django_tasks")) else []),
