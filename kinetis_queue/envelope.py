@@ -20,10 +20,8 @@ from typing import Any, NoReturn
 
 from kinetis_queue.exceptions import MalformedJobSettledError, MalformedQueuedJobDataError
 from kinetis_queue.job import MAX_CLASS_PATH, is_class_path
-from kinetis_queue.validation import MAX_COUNTER, QUEUE_NAME, is_utf8
+from kinetis_queue.validation import MAX_COUNTER, MAX_DEPTH, QUEUE_NAME, is_utf8
 
-#: Deepest container nesting accepted inside args or metadata (the argument contract's bound).
-MAX_DEPTH = 32
 #: A stored job id: 32 lowercase hex characters.
 JOB_ID = re.compile(r"[0-9a-f]{32}")
 
