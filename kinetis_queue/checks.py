@@ -98,7 +98,7 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
                 obj=name, id="kinetis_queue.W002",
             ))
         if connection.backend == "sql":
-            alias = connection.options.get("DATABASE", "default")
+            alias = connection.options["DATABASE"]
             if settings.DATABASES[alias].get("ENGINE", "").endswith("sqlite3"):
                 warnings.append(CheckWarning(
                     f"Connection {name!r} keeps its jobs in SQLite (database {alias!r}): one writer at a time, "
