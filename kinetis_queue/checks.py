@@ -33,10 +33,11 @@ from django.core.checks import Warning as CheckWarning
 from django.db import DatabaseError
 
 from kinetis_queue import conf, registry, tables
+from kinetis_queue.backends.sql.options import UNKNOWN_ALIAS
 from kinetis_queue.exceptions import QueueConfigurationError, QueueTablesMissingError, QueueUnavailableError
 
 #: The tail of conf's message for an SQL connection's unknown DATABASE alias.
-_MISSING_ALIAS = "['DATABASE'] must name an alias in DATABASES"
+_MISSING_ALIAS = f"['DATABASE'] {UNKNOWN_ALIAS}"
 
 
 def _load() -> tuple[conf.QueueSettings | None, list[CheckMessage]]:

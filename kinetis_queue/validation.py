@@ -22,6 +22,8 @@ MAX_QUEUE_NAME: Final = 80
 QUEUE_NAME = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_QUEUE_NAME}}}")
 #: Largest attempt count or cap a backend stores (a 32-bit signed column's range).
 MAX_COUNTER: Final = 2**31 - 1
+#: The length of a job id: lowercase hex digits (a uuid4's).
+JOB_ID_LENGTH: Final = 32
 #: The retry delay's ceiling in seconds, the base delay's too (contract: "One transition per delivery").
 MAX_RETRY_DELAY: Final = 900
 #: Deepest container nesting accepted inside args or metadata (the argument contract's bound); a

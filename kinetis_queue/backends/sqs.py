@@ -99,7 +99,7 @@ class SqsQueue(RenewableQueue, DisposableQueue):
         connection: str | None = None,
     ) -> None:
         super().__init__(connection=connection)
-        # Validated before any client exists (contract: QUEUE_VISIBILITY_TIMEOUT_SECONDS, 1 to 43200).
+        # Validated before any client exists (contract: QUEUE_VISIBILITY_TIMEOUT_SECONDS, 1 to MAX_VISIBILITY_TIMEOUT).
         if type(visibility_timeout) is not int or not 1 <= visibility_timeout <= MAX_VISIBILITY_TIMEOUT:
             raise QueueConfigurationError(f"visibility_timeout must be an int from 1 to {MAX_VISIBILITY_TIMEOUT}")
         if not is_queue_prefix(queue_prefix):

@@ -20,7 +20,7 @@ QUEUE_PREFIX_RULE: Final = f"must be at most {MAX_SQS_NAME - 1} letters, digits,
 
 
 def is_queue_prefix(value: Any) -> bool:
-    """True for a QUEUE_PREFIX SQS can take: at most 79 ASCII letters, digits, '-' or '_'."""
+    """True for a QUEUE_PREFIX SQS can take: fewer than MAX_SQS_NAME ASCII letters, digits, '-' or '_'."""
     return (
         type(value) is str
         and len(value) < MAX_SQS_NAME

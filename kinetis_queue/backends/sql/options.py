@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from django.conf import settings
 
 from kinetis_queue.backends.sql.timeouts import DEFAULT_OPERATION_TIMEOUT
 from kinetis_queue.schema import BackendOptions, KeyPath, Option, boolean, fail, number
 
+#: What is wrong with a DATABASE that is not an alias in DATABASES (the system check adds the known ones).
+UNKNOWN_ALIAS: Final = "must name an alias in DATABASES"
+
 
 def _database(value: Any, path: KeyPath) -> None:
     if type(value) is not str or value not in settings.DATABASES:
-        raise fail(path, "must name an alias in DATABASES")
+        raise fail(path, UNKNOWN_ALIAS)
 
 
 OPTIONS = BackendOptions(
