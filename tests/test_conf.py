@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -180,3 +181,15 @@ def test_settings_are_checked_without_any_client_library() -> None:
         "KINETIS_QUEUE['CONNECTIONS']['a']['HEARTBEAT'] must be at least 0 and at most 65535",
         "['kinetis_queue.E002', 'kinetis_queue.E002', 'kinetis_queue.E002']",
     ]
+
+
+@pytest.mark.parametrize("backend", list(conf.BUILTIN_BACKENDS))
+def test_each_builtin_backend_is_checked_with_the_schema_its_class_declares(backend: str) -> None:
+    """One schema per backend: what conf.py applies is the Queue class's own settings_schema."""
+    path, client, _ = conf.BUILTIN_BACKENDS[backend]
+    if client is not None:
+        pytest.importorskip(client)
+    module_name, _, class_name = path.rpartition(".")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    assert cls.settings_schema is not None
+    assert cls.settings_schema is conf.backend_options(backend)
