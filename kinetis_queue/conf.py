@@ -188,7 +188,7 @@ def backend_options(backend: str) -> BackendOptions | None:
     module_name, _, class_name = backend.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), class_name, None)
-    except ImportError:
+    except (ImportError, ValueError):  # ValueError: an empty module name (".Queue")
         return None
     return cls.settings_schema if isinstance(cls, type) and issubclass(cls, Queue) else None
 
