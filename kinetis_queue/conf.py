@@ -1,7 +1,9 @@
 """Reads and validates the KINETIS_QUEUE setting; every error names the offending key.
 
 This is the only module that reads ``settings.KINETIS_QUEUE``. It reads on each call, so
-``override_settings`` works, and it validates the whole setting before anything is built.
+``override_settings`` works, and it validates the whole setting before anything is built. It checks
+the top-level and shared keys itself and asks each backend for the schema of its own keys
+(``backend_options``; schema.py).
 """
 
 from __future__ import annotations
