@@ -33,10 +33,11 @@ from django.core.checks import Warning as CheckWarning
 from django.db import DatabaseError
 
 from kinetis_queue import conf, registry, tables
+from kinetis_queue.backends.sql.options import UNKNOWN_ALIAS
 from kinetis_queue.exceptions import QueueConfigurationError, QueueTablesMissingError, QueueUnavailableError
 
 #: The tail of conf's message for an SQL connection's unknown DATABASE alias.
-_MISSING_ALIAS = "['DATABASE'] must name an alias in DATABASES"
+_MISSING_ALIAS = f"['DATABASE'] {UNKNOWN_ALIAS}"
 
 
 def _load() -> tuple[conf.QueueSettings | None, list[CheckMessage]]:
@@ -98,7 +99,7 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
                 obj=name, id="kinetis_queue.W002",
             ))
         if connection.backend == "sql":
-            alias = connection.options.get("DATABASE", "default")
+            alias = connection.options["DATABASE"]
             if settings.DATABASES[alias].get("ENGINE", "").endswith("sqlite3"):
                 warnings.append(CheckWarning(
                     f"Connection {name!r} keeps its jobs in SQLite (database {alias!r}): one writer at a time, "

@@ -29,6 +29,7 @@ from kinetis_queue.validation import (
 
 if TYPE_CHECKING:
     from kinetis_queue.conf import ConnectionSettings
+    from kinetis_queue.schema import BackendOptions
 
 #: Longest pause between two empty sweeps (contract: "The pop() priority/timeout contract").
 SWEEP_PAUSE = 1.0
@@ -82,6 +83,10 @@ class Queue(ABC):
 
     #: The backend's short name, used in messages ("sql", "redis", ...).
     backend_name: ClassVar[str] = "custom"
+    #: The connection keys this backend takes besides BACKEND and the shared ones (schema.py), checked by
+    #: conf.py; ``from_settings`` then finds every one in ``settings.options``, defaults filled in. None
+    #: (a custom backend's default): any key is accepted and ``settings.options`` is the entry as written.
+    settings_schema: ClassVar[BackendOptions | None] = None
 
     def __init__(self, *, connection: str | None = None) -> None:
         self.connection = connection

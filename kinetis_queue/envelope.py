@@ -20,12 +20,10 @@ from typing import Any, NoReturn
 
 from kinetis_queue.exceptions import MalformedJobSettledError, MalformedQueuedJobDataError
 from kinetis_queue.job import MAX_CLASS_PATH, is_class_path
-from kinetis_queue.validation import MAX_COUNTER, QUEUE_NAME, is_utf8
+from kinetis_queue.validation import JOB_ID_LENGTH, MAX_COUNTER, MAX_DEPTH, QUEUE_NAME, is_utf8
 
-#: Deepest container nesting accepted inside args or metadata (the argument contract's bound).
-MAX_DEPTH = 32
-#: A stored job id: 32 lowercase hex characters.
-JOB_ID = re.compile(r"[0-9a-f]{32}")
+#: A stored job id: JOB_ID_LENGTH lowercase hex characters.
+JOB_ID = re.compile(rf"[0-9a-f]{{{JOB_ID_LENGTH}}}")
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
@@ -161,7 +159,7 @@ def decode_fields(
     On every pop's path, so the checks are written out rather than composed from expect().
     """
     if type(job_id) is not str or JOB_ID.fullmatch(job_id) is None:
-        _malformed("id is not 32 hex digits")
+        _malformed(f"id is not {JOB_ID_LENGTH} hex digits")
     kind = type(pushed_at)
     if (kind is not int and kind is not float) or not (0 <= pushed_at < 253402300800):  # NaN fails the range
         _malformed("pushedAt is out of range")

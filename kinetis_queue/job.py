@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from kinetis_queue.exceptions import UnresolvableJobParameterError
+from kinetis_queue.validation import MAX_RETRY_DELAY
 
 
 class _SensitiveMarker:
@@ -67,8 +68,8 @@ class JobContext:
     snoozes: int = 0
 
 
-#: The longest delay a Snooze may ask for, in seconds (the worker's retry ceiling, SQS's delay limit).
-MAX_SNOOZE_DELAY: Final = 900
+#: The longest delay a Snooze may ask for, in seconds: the worker's retry ceiling (SQS's delay limit too).
+MAX_SNOOZE_DELAY: Final = MAX_RETRY_DELAY
 
 
 class Snooze(Exception):  # a request to the worker, not an error

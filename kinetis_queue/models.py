@@ -7,6 +7,8 @@ from typing import Any
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from kinetis_queue.validation import JOB_ID_LENGTH, MAX_QUEUE_NAME
+
 
 class ExactCharField(models.CharField):  # type: ignore[type-arg]
     """A CharField compared byte for byte: ``ascii_bin`` on MySQL/MariaDB, whose default is case-insensitive.
@@ -25,8 +27,8 @@ class ExactCharField(models.CharField):  # type: ignore[type-arg]
 class QueuedJobRecord(models.Model):
     """One job on the SQL backend. Times are epoch seconds from the writing process's clock."""
 
-    job_id = models.CharField(max_length=32)
-    queue = ExactCharField(max_length=80)
+    job_id = models.CharField(max_length=JOB_ID_LENGTH)
+    queue = ExactCharField(max_length=MAX_QUEUE_NAME)
     job_class = models.CharField(max_length=255)
     args = models.TextField()
     metadata = models.TextField(default="{}")
@@ -53,8 +55,8 @@ class FailedJob(models.Model):
     #: The name of the connection that ran the job (the default connection's too). NULL only in
     #: records written by versions that left the default connection unnamed: it means the default.
     connection = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
-    queue = models.CharField(max_length=80)
-    job_id = models.CharField(max_length=32)
+    queue = models.CharField(max_length=MAX_QUEUE_NAME)
+    job_id = models.CharField(max_length=JOB_ID_LENGTH)
     job_class = models.CharField(max_length=255)
     #: The arguments exactly as stored (JSON text); shown redacted per Sensitive.
     args = models.TextField()

@@ -20,12 +20,9 @@ from typing import Annotated, Any, Final, Union
 
 from kinetis_queue.exceptions import JobReconstructionError, UnserializableJobError
 from kinetis_queue.job import MAX_CLASS_PATH, Job, Sensitive, is_class_path, job_class_path, resolve_job_class
-from kinetis_queue.validation import is_utf8
+from kinetis_queue.validation import MAX_DEPTH, is_utf8
 
 __all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "REDACTED", "deserialize_job", "redacted_args", "serialize_job"]
-
-#: Deepest container nesting a value may have; a top-level list holding scalars is level 1.
-MAX_DEPTH: Final = 32
 
 #: Most decimal digits an int may have: Python's default limit on int/str conversion, which a worker's
 #: JSON decoder applies, so a longer int could never be read back (nor, by default, written).

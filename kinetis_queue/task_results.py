@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from kinetis_queue.validation import JOB_ID_LENGTH, MAX_QUEUE_NAME
+
 
 class TaskResultRecord(models.Model):
     """What ``get_result()`` reads: status, timestamps, worker ids, errors and the return value."""
@@ -17,7 +19,7 @@ class TaskResultRecord(models.Model):
     id = models.CharField(primary_key=True, max_length=64)
     task_path = models.CharField(max_length=255)
     backend = models.CharField(max_length=64)
-    queue_name = models.CharField(max_length=80)
+    queue_name = models.CharField(max_length=MAX_QUEUE_NAME)
     priority = models.IntegerField(default=0)
     run_after = models.DateTimeField(null=True)
     #: One of django.tasks' TaskResultStatus values: READY, RUNNING, FAILED, SUCCESSFUL.
@@ -36,7 +38,7 @@ class TaskResultRecord(models.Model):
     attempt = models.IntegerField(default=0)
     #: The queue job id of that run (None before any run): a retry of a job that failed for good is
     #: a new job, whose attempts count from 1 again, and it takes the row over (tasks._owns).
-    job_id = models.CharField(max_length=32, null=True)  # noqa: DJ001  # None: no run started yet
+    job_id = models.CharField(max_length=JOB_ID_LENGTH, null=True)  # noqa: DJ001  # None: no run started yet
 
     class Meta:
         db_table = "kinetis_queue_task_results"

@@ -43,7 +43,7 @@ from kinetis_queue.tasks_compat import (
     task_finished,
     task_started,
 )
-from kinetis_queue.validation import QUEUE_NAME
+from kinetis_queue.validation import MAX_QUEUE_NAME, QUEUE_NAME
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -91,7 +91,9 @@ class KinetisTaskBackend(BaseTaskBackend):
                 "listed in KINETIS_QUEUE['IMPORTS']), so no worker could find it."
             )
         if QUEUE_NAME.fullmatch(task.queue_name) is None:
-            raise InvalidTask(f"Queue name {task.queue_name!r} is invalid: use 1 to 80 letters, digits, '-' or '_'.")
+            raise InvalidTask(
+                f"Queue name {task.queue_name!r} is invalid: use 1 to {MAX_QUEUE_NAME} letters, digits, '-' or '_'."
+            )
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         try:

@@ -10,14 +10,25 @@ import math
 import re
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 
 from kinetis_queue.exceptions import InvalidQueueArgumentError
 
-#: The queue-name grammar: SQS's standard-queue rule, the narrowest of the four backends.
-QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+# -- limits shared by the core and every backend, each defined here once ---------------------------
+
+#: The longest queue name: SQS's standard-queue rule, the narrowest of the four backends.
+MAX_QUEUE_NAME: Final = 80
+#: The queue-name grammar.
+QUEUE_NAME = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_QUEUE_NAME}}}")
 #: Largest attempt count or cap a backend stores (a 32-bit signed column's range).
-MAX_COUNTER = 2**31 - 1
+MAX_COUNTER: Final = 2**31 - 1
+#: The length of a job id: lowercase hex digits (a uuid4's).
+JOB_ID_LENGTH: Final = 32
+#: The retry delay's ceiling in seconds, the base delay's too (contract: "One transition per delivery").
+MAX_RETRY_DELAY: Final = 900
+#: Deepest container nesting accepted inside args or metadata (the argument contract's bound); a
+#: top-level list holding scalars is level 1.
+MAX_DEPTH: Final = 32
 #: The connection-name grammar (contract: "Named connections").
 CONNECTION_NAME = re.compile(r"[a-z][a-z0-9]*")
 
@@ -31,7 +42,7 @@ def validate_queue_name(name: object) -> str:
     """Return ``name`` if it is a valid queue name."""
     if type(name) is not str or QUEUE_NAME.fullmatch(name) is None:
         raise InvalidQueueArgumentError(
-            f"queue name {_shown(name)} is invalid: use 1 to 80 letters, digits, '-' or '_'"
+            f"queue name {_shown(name)} is invalid: use 1 to {MAX_QUEUE_NAME} letters, digits, '-' or '_'"
         )
     return name
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kinetis_queue.contracts import Queue
+from kinetis_queue.schema import BackendOptions, KeyPath, Option, fail, integer
 
 
 class NotClearable(Queue):
@@ -29,3 +30,16 @@ class NotClearable(Queue):
 
     def fail(self, *args: Any) -> None:
         pass
+
+
+def _colour(value: Any, path: KeyPath) -> None:
+    if value not in ("red", "blue"):
+        raise fail(path, "must be 'red' or 'blue'")
+
+
+class WithOptions(NotClearable):
+    """A custom backend that declares its own keys: conf.py checks them and fills in their defaults."""
+
+    backend_name = "withoptions"
+    settings_schema = BackendOptions((Option("COLOUR", "blue", _colour), Option("LIMIT", 5, integer(1, 10))),
+                                     max_visibility_timeout=600)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
+import os
+import subprocess
 import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -101,3 +106,90 @@ def test_clearable_returns_a_clearable_queue_or_names_the_backend() -> None:
     with override_settings(KINETIS_QUEUE=setting(odd=custom)):
         with pytest.raises(QueueNotClearableError, match="'odd' uses the notclearable backend"):
             queues.clearable()
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"COLOUR": "green"}, "KINETIS_QUEUE['CONNECTIONS']['own']['COLOUR'] must be 'red' or 'blue'"),
+        ({"LIMIT": 11}, "KINETIS_QUEUE['CONNECTIONS']['own']['LIMIT'] must be at least 1 and at most 10"),
+        ({"SHADE": 1}, "KINETIS_QUEUE['CONNECTIONS']['own']['SHADE'] is not a setting of the "
+                       "tests.custom_backends.WithOptions backend (known: BACKEND, COLOUR, LIMIT, MAX_ATTEMPTS, "
+                       "POLL_TIMEOUT, RETRY_BASE_DELAY, TIMEOUT, VISIBILITY_TIMEOUT)"),
+        ({"VISIBILITY_TIMEOUT": 601}, "KINETIS_QUEUE['CONNECTIONS']['own']['VISIBILITY_TIMEOUT'] must be at least 1 "
+                                      "and at most 600"),
+    ],
+)
+def test_a_custom_backend_with_a_settings_schema_has_its_keys_checked(entry: dict[str, Any], message: str) -> None:
+    """The custom-backend contract: a Queue class's settings_schema is applied as a built-in backend's is."""
+    with override_settings(KINETIS_QUEUE=setting(own={"BACKEND": "tests.custom_backends.WithOptions", **entry})):
+        with pytest.raises(QueueConfigurationError) as raised:
+            conf.load()
+    assert str(raised.value) == message
+
+
+def test_a_custom_backend_gets_its_options_with_defaults_filled_in() -> None:
+    custom = {"BACKEND": "tests.custom_backends.WithOptions", "LIMIT": 3}
+    with override_settings(KINETIS_QUEUE={**setting(own=custom), "VISIBILITY_TIMEOUT": 900}):
+        with pytest.raises(QueueConfigurationError, match=r"\['VISIBILITY_TIMEOUT'\] must be at most 600 for the "
+                                                          r"tests\.custom_backends\.WithOptions backend"):
+            conf.load()
+    with override_settings(KINETIS_QUEUE=setting(own=custom)):
+        assert conf.connection_settings("own").options == {"COLOUR": "blue", "LIMIT": 3}
+    schemaless = {"BACKEND": "tests.custom_backends.NotClearable", "ANYTHING": [1]}
+    with override_settings(KINETIS_QUEUE=setting(own=schemaless)):
+        assert conf.connection_settings("own").options == schemaless  # no schema: the entry as written
+
+
+#: Run in a process where the client libraries cannot be imported, as on a core-only install.
+CORE_ONLY = textwrap.dedent("""
+    import sys
+    for name in ("redis", "boto3", "botocore", "amqp"):
+        sys.modules[name] = None  # import raises ImportError
+    import django
+    django.setup()
+    from django.core.checks import run_checks
+    from django.test import override_settings
+    from kinetis_queue import conf
+    from kinetis_queue.exceptions import QueueConfigurationError
+
+    bad = {"redis": {"URL": "redis://h", "PREFIX": 3}, "sqs": {"QUEUE_PREFIX": "a.b"}, "rabbitmq": {"HEARTBEAT": -1}}
+    for backend, entry in bad.items():
+        with override_settings(KINETIS_QUEUE={"CONNECTIONS": {"a": {"BACKEND": backend, **entry}}}):
+            try:
+                conf.load()
+            except QueueConfigurationError as exc:
+                print(exc)
+    good = {"a": {"BACKEND": "redis", "URL": "redis://h"}, "b": {"BACKEND": "sqs"}, "c": {"BACKEND": "rabbitmq"}}
+    with override_settings(KINETIS_QUEUE={"DEFAULT_CONNECTION": "a", "CONNECTIONS": good}):
+        print(sorted(m.id for m in run_checks() if m.id.startswith("kinetis_queue.E00")))
+""")
+
+
+def test_settings_are_checked_without_any_client_library() -> None:
+    """A core-only install still checks every backend's keys, naming them, and reports each missing library
+    as E002: a backend's settings schema lives in a module that imports no client library."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "KINETIS_TESTS_SUBPROCESS": "1", "PYTHONPATH": str(root),
+           "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    result = subprocess.run([sys.executable, "-c", CORE_ONLY], env=env, cwd=root, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "KINETIS_QUEUE['CONNECTIONS']['a']['PREFIX'] must be a string (prepended to every key)",
+        "KINETIS_QUEUE['CONNECTIONS']['a']['QUEUE_PREFIX'] must be at most 79 letters, digits, '-' or '_'",
+        "KINETIS_QUEUE['CONNECTIONS']['a']['HEARTBEAT'] must be at least 0 and at most 65535",
+        "['kinetis_queue.E002', 'kinetis_queue.E002', 'kinetis_queue.E002']",
+    ]
+
+
+@pytest.mark.parametrize("backend", list(conf.BUILTIN_BACKENDS))
+def test_each_builtin_backend_is_checked_with_the_schema_its_class_declares(backend: str) -> None:
+    """One schema per backend: what conf.py applies is the Queue class's own settings_schema."""
+    path, client, _ = conf.BUILTIN_BACKENDS[backend]
+    if client is not None:
+        pytest.importorskip(client)
+    module_name, _, class_name = path.rpartition(".")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    assert cls.settings_schema is not None
+    assert cls.settings_schema is conf.backend_options(backend)

@@ -15,6 +15,14 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
 
+from kinetis_queue.backends.sqs_options import (
+    MAX_DELAY,
+    MAX_SQS_NAME,
+    MAX_VISIBILITY_TIMEOUT,
+    OPTIONS,
+    QUEUE_PREFIX_RULE,
+    is_queue_prefix,
+)
 from kinetis_queue.conf import ConnectionSettings
 from kinetis_queue.contracts import DisposableQueue, QueuedJob, QueueStats, RenewableQueue
 from kinetis_queue.envelope import Envelope, decode_fields, decode_metadata, dumps, expect, loads, settle_if_malformed
@@ -28,16 +36,10 @@ from kinetis_queue.exceptions import (
 from kinetis_queue.job import Job
 from kinetis_queue.validation import MAX_COUNTER, validate_queue_list, validate_queue_name, validate_timeout
 
-#: SendMessage's DelaySeconds ceiling (contract: "Delayed jobs").
-MAX_DELAY = 900
-#: ChangeMessageVisibility's and ReceiveMessage's VisibilityTimeout ceiling: 12 hours.
-MAX_VISIBILITY_TIMEOUT = 43200
 #: The largest message SQS accepts, body and message attributes together (1 MiB since August 2025).
 MAX_MESSAGE_BYTES = 1_048_576
 #: The longest long poll between two sweeps (contract: "The pop() priority/timeout contract").
 LONG_POLL = 5
-#: SQS's own limit on a queue name, which QUEUE_PREFIX + the queue name must meet.
-MAX_SQS_NAME = 80
 #: Seconds to open a connection, and to wait for a reply (a long poll answers within LONG_POLL).
 CONNECT_TIMEOUT = 5
 READ_TIMEOUT = 20
@@ -85,6 +87,7 @@ class SqsQueue(RenewableQueue, DisposableQueue):
     """
 
     backend_name = "sqs"
+    settings_schema = OPTIONS
 
     def __init__(
         self,
@@ -96,11 +99,11 @@ class SqsQueue(RenewableQueue, DisposableQueue):
         connection: str | None = None,
     ) -> None:
         super().__init__(connection=connection)
-        # Validated before any client exists (contract: QUEUE_VISIBILITY_TIMEOUT_SECONDS, 1 to 43200).
+        # Validated before any client exists (contract: QUEUE_VISIBILITY_TIMEOUT_SECONDS, 1 to MAX_VISIBILITY_TIMEOUT).
         if type(visibility_timeout) is not int or not 1 <= visibility_timeout <= MAX_VISIBILITY_TIMEOUT:
             raise QueueConfigurationError(f"visibility_timeout must be an int from 1 to {MAX_VISIBILITY_TIMEOUT}")
-        if type(queue_prefix) is not str or re.fullmatch(r"[A-Za-z0-9_-]{0,79}", queue_prefix) is None:
-            raise QueueConfigurationError("queue_prefix must be at most 79 letters, digits, '-' or '_'")
+        if not is_queue_prefix(queue_prefix):
+            raise QueueConfigurationError(f"queue_prefix {QUEUE_PREFIX_RULE}")
         self.region = region
         self.endpoint_url = endpoint_url
         self.queue_prefix = queue_prefix
@@ -112,9 +115,9 @@ class SqsQueue(RenewableQueue, DisposableQueue):
     @classmethod
     def from_settings(cls, settings: ConnectionSettings) -> Self:
         return cls(
-            region=settings.options.get("REGION"),
-            endpoint_url=settings.options.get("ENDPOINT_URL"),
-            queue_prefix=settings.options.get("QUEUE_PREFIX", ""),
+            region=settings.options["REGION"],
+            endpoint_url=settings.options["ENDPOINT_URL"],
+            queue_prefix=settings.options["QUEUE_PREFIX"],
             visibility_timeout=settings.visibility_timeout,
             connection=settings.name,
         )

@@ -9,10 +9,14 @@ from kinetis_queue.contracts import ClearableQueue, JobSettlement, QueuedJob, Qu
 from kinetis_queue.envelope import Envelope
 from kinetis_queue.exceptions import StaleJobHandleError
 from kinetis_queue.job import JobContext, call_handle
+from kinetis_queue.schema import BackendOptions
 from kinetis_queue.serializer import deserialize_job
 from kinetis_queue.validation import validate_queue_list, validate_timeout
 
 logger = logging.getLogger("kinetis_queue.sync")
+
+#: The sync backend takes no keys of its own.
+OPTIONS = BackendOptions()
 
 
 class SyncQueue(ClearableQueue):
@@ -25,6 +29,7 @@ class SyncQueue(ClearableQueue):
     """
 
     backend_name = "sync"
+    settings_schema = OPTIONS
 
     def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
         job = deserialize_job(envelope.job_class, envelope.args)

@@ -17,7 +17,8 @@ from amqp.exceptions import MessageNacked
 
 from kinetis_queue import crashpoints
 from kinetis_queue.backends.rabbitmq import ladder
-from kinetis_queue.backends.rabbitmq.session import DEFAULT_HEARTBEAT, DEFAULT_URL, Session, parse_url
+from kinetis_queue.backends.rabbitmq.options import DEFAULT_HEARTBEAT, DEFAULT_URL, MAX_HEARTBEAT, OPTIONS
+from kinetis_queue.backends.rabbitmq.session import Session, parse_url
 from kinetis_queue.conf import ConnectionSettings
 from kinetis_queue.contracts import ClearableQueue, DisposableQueue, JobSettlement, QueuedJob, QueueStats
 from kinetis_queue.envelope import Envelope, decode_fields, dumps, loads, settle_if_malformed
@@ -38,8 +39,6 @@ logger = logging.getLogger("kinetis_queue.rabbitmq")
 CONFIRM_TIMEOUT = 30.0
 #: The body's keys; attempts, maxAttempts and metadata travel as headers.
 BODY_KEYS = frozenset(("id", "pushedAt", "class", "args"))
-#: Largest heartbeat interval AMQP can negotiate (an unsigned short).
-MAX_HEARTBEAT = 65535
 
 
 @dataclass(eq=False)
@@ -81,6 +80,7 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
     """
 
     backend_name = "rabbitmq"
+    settings_schema = OPTIONS
 
     def __init__(
         self, *, url: str = DEFAULT_URL, heartbeat: int = DEFAULT_HEARTBEAT, connection: str | None = None
@@ -100,8 +100,8 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
     @classmethod
     def from_settings(cls, settings: ConnectionSettings) -> Self:
         return cls(
-            url=settings.options.get("URL", DEFAULT_URL),
-            heartbeat=settings.options.get("HEARTBEAT", DEFAULT_HEARTBEAT),
+            url=settings.options["URL"],
+            heartbeat=settings.options["HEARTBEAT"],
             connection=settings.name,
         )
 

@@ -25,10 +25,6 @@ from kinetis_queue.exceptions import QueueConfigurationError
 
 logger = logging.getLogger("kinetis_queue.rabbitmq")
 
-#: Used when a connection sets no URL.
-DEFAULT_URL: Final = "amqp://guest:guest@localhost:5672//"
-#: Heartbeat interval proposed to the broker, in seconds (RabbitMQ's own default); 0 disables it.
-DEFAULT_HEARTBEAT: Final = 60
 #: Seconds allowed for the TCP connect, TLS and AMQP handshakes.
 CONNECT_TIMEOUT: Final = 10.0
 #: Seconds a socket read or write may block: bounds every RPC and every wait for a confirmation.

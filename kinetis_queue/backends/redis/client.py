@@ -29,6 +29,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
+from kinetis_queue.backends.redis.options import DJANGO_REDIS
 from kinetis_queue.backends.redis.scripts import Script
 from kinetis_queue.exceptions import ConnectionFailedError, OutcomeUnknownError
 
@@ -43,8 +44,6 @@ FORCED_OPTIONS: dict[str, Any] = {
     "decode_responses": False,
     "protocol": 2,
 }
-#: django-redis's cache backend, whose OPTIONS hold connection settings under other names.
-DJANGO_REDIS = "django_redis.cache.RedisCache"
 #: OPTIONS of Django's RedisCache that configure the cache rather than the connection.
 CACHE_ONLY_OPTIONS = frozenset({"serializer", "pool_class", "parser_class"})
 #: django-redis OPTIONS that carry connection settings, and the redis-py argument each one is.

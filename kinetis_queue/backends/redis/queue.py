@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, Self
 
 from kinetis_queue.backends.redis import scripts
 from kinetis_queue.backends.redis.client import RedisClient, cache_connection, connection_factory
+from kinetis_queue.backends.redis.options import OPTIONS
 from kinetis_queue.backends.redis.restart import RedisRestartMarker
 from kinetis_queue.conf import ConnectionSettings
 from kinetis_queue.contracts import (
@@ -70,6 +71,7 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     """
 
     backend_name = "redis"
+    settings_schema = OPTIONS
 
     def __init__(
         self,
@@ -91,15 +93,15 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     @classmethod
     def from_settings(cls, settings: ConnectionSettings) -> Self:
         options = settings.options
-        if "CACHE" in options:
+        if options["CACHE"] is not None:
             url, kwargs = cache_connection(options["CACHE"])
         else:
             url, kwargs = options["URL"], {}
         return cls(
             url=url,
             options=kwargs,
-            socket_timeout=options.get("SOCKET_TIMEOUT"),
-            prefix=options.get("PREFIX", ""),
+            socket_timeout=options["SOCKET_TIMEOUT"],
+            prefix=options["PREFIX"],
             visibility_timeout=settings.visibility_timeout,
             connection=settings.name,
         )

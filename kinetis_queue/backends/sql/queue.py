@@ -14,6 +14,7 @@ from django.db.utils import load_backend
 
 from kinetis_queue import tables
 from kinetis_queue.backends.sql.claim import claim
+from kinetis_queue.backends.sql.options import OPTIONS
 from kinetis_queue.backends.sql.timeouts import DEFAULT_OPERATION_TIMEOUT, bounded, client_options
 from kinetis_queue.conf import ConnectionSettings
 from kinetis_queue.contracts import (
@@ -91,6 +92,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     """
 
     backend_name = "sql"
+    settings_schema = OPTIONS
 
     def __init__(self, *, database: str = "default", visibility_timeout: int = 300,
                  prepared_statements: bool = True, connection: str | None = None,
@@ -108,11 +110,11 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     @classmethod
     def from_settings(cls, settings: ConnectionSettings) -> Self:
         return cls(
-            database=settings.options.get("DATABASE", "default"),
+            database=settings.options["DATABASE"],
             visibility_timeout=settings.visibility_timeout,
-            prepared_statements=settings.options.get("PREPARED_STATEMENTS", True),
+            prepared_statements=settings.options["PREPARED_STATEMENTS"],
             connection=settings.name,
-            operation_timeout=settings.options.get("OPERATION_TIMEOUT", DEFAULT_OPERATION_TIMEOUT),
+            operation_timeout=settings.options["OPERATION_TIMEOUT"],
         )
 
     # -- connections ----------------------------------------------------------------------------

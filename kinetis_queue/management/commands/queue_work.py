@@ -20,7 +20,8 @@ from kinetis_queue.management.commands._arguments import (
     queue_list,
 )
 from kinetis_queue.restart import marker_for
-from kinetis_queue.worker import MAX_RETRY_DELAY, ExitReason, JobOutcome, JobReport, Worker
+from kinetis_queue.validation import MAX_RETRY_DELAY
+from kinetis_queue.worker import ExitReason, JobOutcome, JobReport, Worker
 
 # Kept under their old names: queue_clear and other code import them from here.
 _queue_list = queue_list
@@ -72,7 +73,7 @@ class Command(BaseCommand):
         parser.add_argument("--tries", type=_attempts, default=None,
                             help="attempts for a job pushed without max_attempts (default: MAX_ATTEMPTS)")
         parser.add_argument("--backoff", type=_backoff, default=None,
-                            help="retry base delay in seconds, 0..900 (default: RETRY_BASE_DELAY)")
+                            help=f"retry base delay in seconds, 0..{MAX_RETRY_DELAY} (default: RETRY_BASE_DELAY)")
         parser.add_argument("--once", action="store_true", help="process at most one job, then exit")
         parser.add_argument("--stop-when-empty", action="store_true",
                             help="exit once a pop() finds no job within --sleep")

@@ -1,0 +1,31 @@
+"""The RabbitMQ backend's connection keys (``"BACKEND": "rabbitmq"``); imports no client library.
+
+The URL's full parse (host, port, vhost) happens when the queue is built (session.parse_url), naming
+the same key.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kinetis_queue.schema import BackendOptions, KeyPath, Option, fail, integer
+
+#: Used when a connection sets no URL.
+DEFAULT_URL: Final = "amqp://guest:guest@localhost:5672//"
+#: Heartbeat interval proposed to the broker, in seconds (RabbitMQ's own default); 0 disables it.
+DEFAULT_HEARTBEAT: Final = 60
+#: Largest heartbeat interval AMQP can negotiate (an unsigned short).
+MAX_HEARTBEAT: Final = 65535
+
+
+def _url(value: Any, path: KeyPath) -> None:
+    if type(value) is not str or not value.startswith(("amqp://", "amqps://")):
+        raise fail(path, "must be an amqp:// or amqps:// URL")
+
+
+OPTIONS = BackendOptions(
+    (
+        Option("URL", DEFAULT_URL, _url),
+        Option("HEARTBEAT", DEFAULT_HEARTBEAT, integer(0, MAX_HEARTBEAT)),
+    )
+)

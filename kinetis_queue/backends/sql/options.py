@@ -1,0 +1,30 @@
+"""The SQL backend's connection keys (``"BACKEND": "sql"``), checked by conf.py before anything is built."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from django.conf import settings
+
+from kinetis_queue.backends.sql.timeouts import DEFAULT_OPERATION_TIMEOUT
+from kinetis_queue.schema import BackendOptions, KeyPath, Option, boolean, fail, number
+
+#: What is wrong with a DATABASE that is not an alias in DATABASES (the system check adds the known ones).
+UNKNOWN_ALIAS: Final = "must name an alias in DATABASES"
+
+
+def _database(value: Any, path: KeyPath) -> None:
+    if type(value) is not str or value not in settings.DATABASES:
+        raise fail(path, UNKNOWN_ALIAS)
+
+
+OPTIONS = BackendOptions(
+    (
+        #: The database alias holding the jobs table.
+        Option("DATABASE", "default", _database),
+        #: Whether psycopg prepares the push INSERT (off behind a transaction-pooling PgBouncer).
+        Option("PREPARED_STATEMENTS", True, boolean),
+        #: Seconds one worker-side call may take (see timeouts.py).
+        Option("OPERATION_TIMEOUT", DEFAULT_OPERATION_TIMEOUT, number(0, low_open=True)),
+    )
+)
