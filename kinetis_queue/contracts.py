@@ -59,6 +59,25 @@ class QueuedJob:
     def __post_init__(self) -> None:
         validate_queue_name(self.queue)
 
+    @classmethod
+    def delivered(cls, envelope: Envelope, queue: str, handle: Any) -> QueuedJob:
+        """The delivery of a decoded ``envelope`` popped from ``queue``, settled through ``handle``.
+
+        Every backend builds its deliveries here: ``attempts`` is the stored count of completed
+        attempts plus this one, and ``pushed_at`` the stored Unix time as an aware UTC datetime.
+        """
+        return cls(
+            id=envelope.id,
+            queue=queue,
+            job_class=envelope.job_class,
+            args=envelope.args,
+            attempts=envelope.attempts + 1,
+            max_attempts=envelope.max_attempts,
+            pushed_at=envelope.pushed_at_datetime(),
+            metadata=envelope.metadata,
+            handle=handle,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:

@@ -7,7 +7,6 @@ import re
 import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any, NamedTuple, Self
 
 import boto3
@@ -17,7 +16,17 @@ from botocore.exceptions import ConnectionError as BotocoreConnectionError
 
 from kinetis_queue.conf import ConnectionSettings
 from kinetis_queue.contracts import DisposableQueue, QueuedJob, QueueStats, RenewableQueue
-from kinetis_queue.envelope import Envelope, decode_fields, decode_metadata, dumps, expect, loads, settle_if_malformed
+from kinetis_queue.envelope import (
+    Envelope,
+    decode_body,
+    decode_metadata,
+    dumps,
+    encode_body,
+    envelope_from_body,
+    expect,
+    loads,
+    settle_if_malformed,
+)
 from kinetis_queue.exceptions import (
     ConnectionFailedError,
     InvalidQueueArgumentError,
@@ -46,8 +55,6 @@ READ_TIMEOUT = 20
 NONEXISTENT_QUEUE_CODES = frozenset(("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"))
 MAX_ATTEMPTS_ATTRIBUTE = "maxAttempts"
 METADATA_ATTRIBUTE = "metadata"
-#: The keys of a message body: the job, its id and when it was pushed.
-BODY_KEYS = frozenset(("id", "pushedAt", "class", "args"))
 #: A stored count in canonical decimal form.
 COUNT = re.compile(r"0|[1-9][0-9]{0,9}")
 
@@ -171,9 +178,7 @@ class SqsQueue(RenewableQueue, DisposableQueue):
         """SendMessage's arguments, less the queue URL; rejects what SQS would refuse."""
         if delay > MAX_DELAY:
             raise InvalidQueueArgumentError(f"delay must be at most {MAX_DELAY} seconds on SQS")
-        body = dumps(
-            {"id": envelope.id, "pushedAt": envelope.pushed_at, "class": envelope.job_class, "args": envelope.args}
-        )
+        body = encode_body(envelope)
         attributes: dict[str, dict[str, str]] = {}
         if envelope.max_attempts is not None:
             attributes[MAX_ATTEMPTS_ATTRIBUTE] = {"DataType": "Number", "StringValue": str(envelope.max_attempts)}
@@ -373,12 +378,7 @@ class SqsQueue(RenewableQueue, DisposableQueue):
 
 def decode_message(message: dict[str, Any], queue: str, handle: SqsHandle) -> QueuedJob:
     """A received message as a QueuedJob; anything out of shape is MalformedQueuedJobDataError."""
-    body = loads(message.get("Body", ""))
-    expect(
-        body,
-        lambda v: type(v) is dict and v.keys() == BODY_KEYS,
-        "the message body does not have exactly the keys id, pushedAt, class, args",
-    )
+    body = decode_body(message.get("Body", ""))
     receive_count = _count(message.get("Attributes", {}).get("ApproximateReceiveCount"), "ApproximateReceiveCount")
     expect(receive_count, lambda v: v >= 1, "ApproximateReceiveCount is out of range")
     attributes = message.get("MessageAttributes", {})
@@ -388,20 +388,8 @@ def decode_message(message: dict[str, Any], queue: str, handle: SqsHandle) -> Qu
     metadata: Any = {}
     if METADATA_ATTRIBUTE in attributes:
         metadata = decode_metadata(loads(_attribute(attributes, METADATA_ATTRIBUTE, "String")))
-    envelope = decode_fields(
-        body["id"], body["pushedAt"], body["class"], body["args"], receive_count - 1, max_attempts, metadata
-    )
-    return QueuedJob(
-        id=envelope.id,
-        queue=queue,
-        job_class=envelope.job_class,
-        args=envelope.args,
-        attempts=receive_count,
-        max_attempts=envelope.max_attempts,
-        pushed_at=datetime.fromtimestamp(envelope.pushed_at, UTC),
-        metadata=envelope.metadata,
-        handle=handle,
-    )
+    envelope = envelope_from_body(body, receive_count - 1, max_attempts, metadata)
+    return QueuedJob.delivered(envelope, queue, handle)
 
 
 def _attribute(attributes: Any, name: str, data_type: str) -> Any:
