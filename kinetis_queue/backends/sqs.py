@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnec
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
 
 from kinetis_queue.conf import ConnectionSettings
-from kinetis_queue.contracts import DisposableQueue, QueuedJob, QueueStats, RenewableQueue
+from kinetis_queue.contracts import DisposableQueue, PreparedPush, QueuedJob, QueueStats, RenewableQueue
 from kinetis_queue.envelope import (
     Envelope,
     decode_body,
@@ -34,7 +34,6 @@ from kinetis_queue.exceptions import (
     OutcomeUnknownError,
     QueueConfigurationError,
 )
-from kinetis_queue.job import Job
 from kinetis_queue.validation import MAX_COUNTER, validate_queue_list, validate_queue_name, validate_timeout
 
 #: SendMessage's DelaySeconds ceiling (contract: "Delayed jobs").
@@ -165,14 +164,10 @@ class SqsQueue(RenewableQueue, DisposableQueue):
 
     # -- push -------------------------------------------------------------------------------------
 
-    def prepare(
-        self, job: Job, delay: object = 0, queue: str = "default", max_attempts: int | None = None
-    ) -> tuple[Envelope, float]:
-        """push()'s checks, plus SQS's own limits (delay cap, message size, name length), before any I/O."""
-        envelope, seconds = super().prepare(job, delay, queue, max_attempts)
-        self._sqs_name(queue)
-        self._message(envelope, seconds)
-        return envelope, seconds
+    def _check_push(self, prepared: PreparedPush) -> None:
+        """SQS's own limits (name length, delay cap, message size), checked by prepare() before any I/O."""
+        self._sqs_name(prepared.queue)
+        self._message(prepared.envelope, prepared.delay)
 
     def _message(self, envelope: Envelope, delay: float) -> dict[str, Any]:
         """SendMessage's arguments, less the queue URL; rejects what SQS would refuse."""

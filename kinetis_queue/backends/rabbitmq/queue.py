@@ -18,7 +18,14 @@ from kinetis_queue import crashpoints
 from kinetis_queue.backends.rabbitmq import ladder
 from kinetis_queue.backends.rabbitmq.session import DEFAULT_HEARTBEAT, DEFAULT_URL, Session, parse_url
 from kinetis_queue.conf import ConnectionSettings
-from kinetis_queue.contracts import ClearableQueue, DisposableQueue, JobSettlement, QueuedJob, QueueStats
+from kinetis_queue.contracts import (
+    ClearableQueue,
+    DisposableQueue,
+    JobSettlement,
+    PreparedPush,
+    QueuedJob,
+    QueueStats,
+)
 from kinetis_queue.envelope import (
     Envelope,
     decode_body,
@@ -36,8 +43,7 @@ from kinetis_queue.exceptions import (
     PublishNotConfirmedError,
     QueueConfigurationError,
 )
-from kinetis_queue.job import Job
-from kinetis_queue.validation import validate_delay, validate_queue_name
+from kinetis_queue.validation import validate_queue_name
 
 logger = logging.getLogger("kinetis_queue.rabbitmq")
 
@@ -176,12 +182,9 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
 
     # -- the contract -----------------------------------------------------------------------------
 
-    def prepare(
-        self, job: Job, delay: object = 0, queue: str = "default", max_attempts: int | None = None
-    ) -> tuple[Envelope, float]:
-        # Contract, "What push() guarantees": the ladder's ceiling is checked before anything else.
-        ladder.whole_seconds(validate_delay(delay))
-        return super().prepare(job, delay, queue, max_attempts)
+    def _check_push(self, prepared: PreparedPush) -> None:
+        """Contract, "What push() guarantees": the delay ladder's ceiling, checked by prepare() before any I/O."""
+        ladder.whole_seconds(prepared.delay)
 
     def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
         seconds = ladder.whole_seconds(delay)
