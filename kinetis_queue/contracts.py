@@ -3,6 +3,12 @@
 The shared rules live here once: ``push()``, ``pop()``, ``release()``, ``size()`` and ``clear()``
 validate their arguments and serialize the job before calling the backend's own primitive, and
 ``pop()`` runs the contract's sweep-and-pause loop around the backend's non-blocking probe.
+
+A push has two public phases: ``prepare()`` (every check and the serialization, no I/O) returns a
+PreparedPush, and ``send()`` stores one. ``push()`` is the two in a row; code that must check a job
+now and store it later (``push_on_commit``, the django.tasks backend, queued receivers) calls them
+apart. Backends implement the protected ``_push()`` primitive that ``send()`` calls, and add their
+own limits through the ``_check_push()`` hook that ``prepare()`` calls.
 """
 
 from __future__ import annotations
@@ -60,6 +66,45 @@ class QueuedJob:
     def __post_init__(self) -> None:
         validate_queue_name(self.queue)
 
+    @classmethod
+    def delivered(cls, envelope: Envelope, queue: str, handle: Any) -> QueuedJob:
+        """The delivery of a decoded ``envelope`` popped from ``queue``, settled through ``handle``.
+
+        Every backend builds its deliveries here: ``attempts`` is the stored count of completed
+        attempts plus this one, and ``pushed_at`` the stored Unix time as an aware UTC datetime.
+        """
+        return cls(
+            id=envelope.id,
+            queue=queue,
+            job_class=envelope.job_class,
+            args=envelope.args,
+            attempts=envelope.attempts + 1,
+            max_attempts=envelope.max_attempts,
+            pushed_at=envelope.pushed_at_datetime(),
+            metadata=envelope.metadata,
+            handle=handle,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedPush:
+    """A push checked and serialized by ``Queue.prepare()``, not yet sent: ``Queue.send()`` stores it.
+
+    It holds no connection and may be sent later (after a commit) or not at all. Built directly,
+    it is sent as it is, unchecked: that is for storing again an envelope that was already
+    checked once, such as the replacement of a delivered job (same id, attempts starting over).
+    """
+
+    envelope: Envelope
+    #: Seconds before the job may be popped, already validated (0: at once).
+    delay: float
+    queue: str
+
+    @property
+    def id(self) -> str:
+        """The job id ``push()`` returns for this job."""
+        return self.envelope.id
+
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
@@ -101,25 +146,39 @@ class Queue(ABC):
     def push(
         self, job: Job, delay: object = 0, queue: str = "default", max_attempts: int | None = None
     ) -> str:
-        """Store ``job`` and return its id; everything is validated and serialized before any I/O."""
-        envelope, seconds = self.prepare(job, delay, queue, max_attempts)
-        self._push(envelope, seconds, queue)
-        return envelope.id
+        """Store ``job`` and return its id; everything is validated and serialized before any I/O.
+
+        The same as ``send(prepare(job, delay, queue, max_attempts))``.
+        """
+        return self.send(self.prepare(job, delay, queue, max_attempts))
 
     def prepare(
         self, job: Job, delay: object = 0, queue: str = "default", max_attempts: int | None = None
-    ) -> tuple[Envelope, float]:
-        """push()'s checks and serialization, without I/O: the envelope to store and the delay in seconds.
+    ) -> PreparedPush:
+        """Every check push() makes and the serialization, without I/O: the push ``send()`` stores.
 
-        A job no worker could run (no handle(), an uncallable handle(), a class defined in
-        ``__main__``, the shell or a function) raises UnrunnableJobError here: nothing is sent.
+        Raises what push() raises for bad arguments (InvalidQueueArgumentError, UnserializableJobError,
+        the backend's own limits); a job no worker could run (no handle(), an uncallable handle(), a
+        class defined in ``__main__``, the shell or a function) raises UnrunnableJobError. The
+        arguments are serialized now, but lists and dicts may still be shared with the job.
         """
         seconds = validate_delay(delay)
         validate_queue_name(queue)
         cap = validate_max_attempts(max_attempts)
         job_class, args = serialize_job(job)
         ensure_runnable(type(job))
-        return new_envelope(job_class, args, cap, self._metadata()), seconds
+        prepared = PreparedPush(new_envelope(job_class, args, cap, self._metadata()), seconds, queue)
+        self._check_push(prepared)
+        return prepared
+
+    def send(self, prepared: PreparedPush) -> str:
+        """Store a prepared push and return its job id; what push() guarantees holds from here on.
+
+        A push that raises may still have been stored when the backend was reached (contract:
+        "What push() guarantees"). Sending one PreparedPush twice stores the job twice, under one id.
+        """
+        self._push(prepared.envelope, prepared.delay, prepared.queue)
+        return prepared.envelope.id
 
     def pop(self, timeout: float, queues: Sequence[str]) -> QueuedJob | None:
         """Reserve the next job from ``queues`` (priority = list order), waiting up to ``timeout``."""
@@ -180,9 +239,16 @@ class Queue(ABC):
         """Metadata carried on every envelope (propagation data); empty by default."""
         return {}
 
+    def _check_push(self, prepared: PreparedPush) -> None:
+        """The backend's own limits on a prepared push (a delay ceiling, a message size); no I/O.
+
+        Called last by ``prepare()``, after the contract's checks; raise InvalidQueueArgumentError.
+        """
+        return None  # the contract's own checks are all a backend needs unless it overrides this
+
     @abstractmethod
     def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
-        """Store a validated envelope."""
+        """Store a validated envelope (``send()``'s primitive): the push's first and only I/O."""
 
     @abstractmethod
     def _sweep(self, queues: tuple[str, ...]) -> QueuedJob | None:

@@ -11,12 +11,13 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from django.db import transaction
 
 from kinetis_queue import connections, signals
-from kinetis_queue.contracts import Queue
-from kinetis_queue.envelope import Envelope, dumps
+from kinetis_queue.contracts import PreparedPush, Queue
+from kinetis_queue.envelope import dumps
 from kinetis_queue.job import Job
 
 logger = logging.getLogger("kinetis_queue.dispatch")
@@ -40,59 +41,55 @@ def push_on_commit(
     ``signals.push_on_commit_failed``, the job was not stored, and the transaction's other hooks run.
     """
     target = connections.queues.default() if connection is None else connections.queues[connection]
-    envelope, seconds = target.prepare(job, delay, queue, max_attempts)
-    # A copy of the arguments, so changes to the job's lists or dicts before the commit are not pushed.
-    envelope = replace(envelope, args=json.loads(dumps(envelope.args)))
-    push_after_commit(target, envelope, seconds, queue, using=using)
-    return envelope.id
+    prepared = target.prepare(job, delay, queue, max_attempts)
+    push_after_commit(target, prepared, using=using)
+    return prepared.id
 
 
 def push_after_commit(
     target: Queue,
-    envelope: Envelope,
-    delay: float,
-    queue: str,
+    prepared: PreparedPush,
     *,
     using: str,
     on_failure: Callable[[Exception], None] | None = None,
 ) -> None:
-    """Store a prepared envelope after the transaction on ``using`` commits, at once outside one.
+    """Send a prepared push (``Queue.prepare()``) after the transaction on ``using`` commits, at once outside one.
 
     At once, a push error raises to the caller. From the commit hook it is reported (log and
     ``push_on_commit_failed``), then ``on_failure(exception)`` runs; neither can stop later hooks.
     """
-
-    def push() -> None:
-        target._push(envelope, delay, queue)
-
     if not transaction.get_connection(using).in_atomic_block:
         # Django runs the hook at once here (or refuses outside autocommit): errors reach the caller.
-        transaction.on_commit(push, using=using)
+        transaction.on_commit(partial(target.send, prepared), using=using)
         return
+    # A copy of the arguments, so changes to the job's lists or dicts before the commit are not pushed.
+    envelope = replace(prepared.envelope, args=json.loads(dumps(prepared.envelope.args)))
+    prepared = replace(prepared, envelope=envelope)
 
     def hook() -> None:
         try:
-            push()
+            target.send(prepared)
         except Exception as exc:
-            _report(target, envelope, queue, exc)
+            _report(target, prepared, exc)
             if on_failure is not None:
                 try:
                     on_failure(exc)
                 except Exception as nested:
                     _log(
                         "The failure handler of the push of job %s raised %s (contained)",
-                        envelope.id,
+                        prepared.id,
                         type(nested).__name__,
                     )
 
     transaction.on_commit(hook, using=using, robust=True)
 
 
-def _report(target: Queue, envelope: Envelope, queue: str, exc: Exception) -> None:
+def _report(target: Queue, prepared: PreparedPush, exc: Exception) -> None:
     """Log and signal a push that failed after its transaction committed (never argument values)."""
     from kinetis_queue.failed import scrub, sensitive_values
     from kinetis_queue.job import display_name
 
+    envelope, queue = prepared.envelope, prepared.queue
     try:
         message = scrub(str(exc), sensitive_values(envelope.job_class, envelope.args))
     except Exception:

@@ -186,6 +186,37 @@ def decode_fields(
 _KEYS = frozenset(("id", "pushedAt", "class", "args", "attempts", "maxAttempts", "metadata"))
 
 
+# -- the message body of SQS and RabbitMQ ---------------------------------------------------------
+
+#: The keys of an SQS or RabbitMQ message body; attempts, maxAttempts and metadata travel beside it.
+BODY_KEYS = frozenset(("id", "pushedAt", "class", "args"))
+
+
+def encode_body(envelope: Envelope) -> str:
+    """The message body SQS and RabbitMQ store: id, pushedAt, class and args as one JSON object.
+
+    attempts, maxAttempts and metadata travel beside the body, each broker in its own idiom (SQS
+    message attributes, AMQP headers): SQS counts attempts itself, and a RabbitMQ release rewrites
+    the count without touching the body.
+    """
+    return dumps(
+        {"id": envelope.id, "pushedAt": envelope.pushed_at, "class": envelope.job_class, "args": envelope.args}
+    )
+
+
+def decode_body(body: str | bytes) -> dict[str, Any]:
+    """A message body as ``encode_body()`` writes it: strict JSON with exactly its four keys, unchecked values."""
+    data = loads(body)
+    if type(data) is not dict or data.keys() != BODY_KEYS:
+        _malformed("the message body does not have exactly the keys id, pushedAt, class, args")
+    return data
+
+
+def envelope_from_body(body: dict[str, Any], attempts: Any, max_attempts: Any, metadata: Any) -> Envelope:
+    """The envelope of a ``decode_body()`` result and the parts read beside it, every one checked."""
+    return decode_fields(body["id"], body["pushedAt"], body["class"], body["args"], attempts, max_attempts, metadata)
+
+
 def decode_envelope(text: str | bytes) -> Envelope:
     """Decode one JSON envelope; every key is required and no other is allowed."""
     data = loads(text)

@@ -124,13 +124,15 @@ def queued_receiver(
 
         def push(sender: Any, signal: Signal | None = None, **kwargs: Any) -> str:
             from kinetis_queue.connections import queues
-            from kinetis_queue.dispatch import push_on_commit
+            from kinetis_queue.dispatch import push_after_commit
 
             job = QueuedReceiverJob(path, _sender_label(sender), _checked(path, kwargs))
-            if on_commit:
-                return push_on_commit(job, delay, queue, max_attempts, using=using, connection=connection)
             target = queues.default() if connection is None else queues[connection]
-            return target.push(job, delay=delay, queue=queue, max_attempts=max_attempts)
+            prepared = target.prepare(job, delay, queue, max_attempts)
+            if on_commit:
+                push_after_commit(target, prepared, using=using)
+                return prepared.id
+            return target.send(prepared)
 
         for each in signals:
             each.connect(push, sender=sender, weak=False, dispatch_uid=f"kinetis_queue.queued_receiver:{path}")

@@ -135,7 +135,7 @@ class KinetisTaskBackend(BaseTaskBackend):
         delay = 0.0 if task.run_after is None else max(0.0, (task.run_after - now).total_seconds())
         job = RunTask(task.module_path, args, kwargs, result_id, self.alias)
         # Validate the push (queue name, delay ceiling, argument contract) before any write.
-        envelope, seconds = queue.prepare(job, delay, task.queue_name)
+        prepared = queue.prepare(job, delay, task.queue_name)
         alias = router.db_for_write(TaskResultRecord)
         TaskResultRecord.objects.using(alias).create(
             id=result_id, task_path=task.module_path, backend=self.alias, queue_name=task.queue_name,
@@ -143,11 +143,10 @@ class KinetisTaskBackend(BaseTaskBackend):
             args=args, kwargs=kwargs,
         )
         if transaction.get_connection(alias).in_atomic_block and not _stores_jobs_in(queue, alias):
-            push_after_commit(queue, envelope, seconds, task.queue_name, using=alias,
-                              on_failure=lambda exc: _push_failed(result_id, exc))
+            push_after_commit(queue, prepared, using=alias, on_failure=lambda exc: _push_failed(result_id, exc))
         else:
             try:
-                queue._push(envelope, seconds, task.queue_name)
+                queue.send(prepared)
             except BaseException:
                 TaskResultRecord.objects.using(alias).filter(pk=result_id).delete()
                 raise

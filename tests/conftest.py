@@ -193,6 +193,7 @@ class RabbitMqTestQueues:
         """AMQP cannot edit a queued message: take it, push the rewritten copy, ack the original."""
         from dataclasses import replace
 
+        from kinetis_queue.contracts import PreparedPush
         from kinetis_queue.envelope import new_envelope
 
         for queue in self.queues:
@@ -202,7 +203,7 @@ class RabbitMqTestQueues:
                     continue
                 assert job.id == job_id, f"expected job {job_id} first on {name}, found {job.id}"
                 envelope = new_envelope(job_class, args, job.max_attempts, job.metadata)
-                queue._push(replace(envelope, id=job.id, pushed_at=job.pushed_at.timestamp()), 0, name)
+                queue.send(PreparedPush(replace(envelope, id=job.id, pushed_at=job.pushed_at.timestamp()), 0, name))
                 queue.ack(job)
                 return
         raise AssertionError(f"job {job_id} is not waiting on any queue the test declared")

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from kinetis_queue.envelope import Envelope, decode_envelope, dumps, loads, new_envelope
+from kinetis_queue.envelope import (
+    Envelope,
+    decode_body,
+    decode_envelope,
+    dumps,
+    encode_body,
+    envelope_from_body,
+    loads,
+    new_envelope,
+)
 from kinetis_queue.exceptions import MalformedQueuedJobDataError
 
 GOOD = new_envelope("tests.jobs.Records", {"label": "x", "items": [1, 2.5, None, True, {"k": "é"}]}, 3, {"t": 1})
@@ -80,3 +91,21 @@ def test_32_levels_of_nesting_are_accepted() -> None:
     value = _nested(32)
     decoded = decode_envelope(_mutated(args={"v": value}))
     assert decoded.args == {"v": value}
+
+
+def test_the_sqs_and_rabbitmq_message_body_round_trips_without_the_counters() -> None:
+    body = encode_body(GOOD)
+
+    assert body.isascii()
+    assert loads(body).keys() == {"id", "pushedAt", "class", "args"}  # attempts, maxAttempts, metadata travel beside
+    assert envelope_from_body(decode_body(body.encode()), 2, 3, {"t": 1}) == replace(GOOD, attempts=2)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [dumps({"id": GOOD.id}), GOOD.to_json(), "[]", "null", "{"],
+    ids=["missing-keys", "whole-envelope", "list", "null", "truncated"],
+)
+def test_a_message_body_without_exactly_its_four_keys_is_malformed(body: str) -> None:
+    with pytest.raises(MalformedQueuedJobDataError):
+        decode_body(body)

@@ -7,7 +7,6 @@ import re
 import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any, NamedTuple, Self
 
 import boto3
@@ -24,8 +23,18 @@ from kinetis_queue.backends.sqs_options import (
     is_queue_prefix,
 )
 from kinetis_queue.conf import ConnectionSettings
-from kinetis_queue.contracts import DisposableQueue, QueuedJob, QueueStats, RenewableQueue
-from kinetis_queue.envelope import Envelope, decode_fields, decode_metadata, dumps, expect, loads, settle_if_malformed
+from kinetis_queue.contracts import DisposableQueue, PreparedPush, QueuedJob, QueueStats, RenewableQueue
+from kinetis_queue.envelope import (
+    Envelope,
+    decode_body,
+    decode_metadata,
+    dumps,
+    encode_body,
+    envelope_from_body,
+    expect,
+    loads,
+    settle_if_malformed,
+)
 from kinetis_queue.exceptions import (
     ConnectionFailedError,
     InvalidQueueArgumentError,
@@ -33,7 +42,6 @@ from kinetis_queue.exceptions import (
     OutcomeUnknownError,
     QueueConfigurationError,
 )
-from kinetis_queue.job import Job
 from kinetis_queue.validation import MAX_COUNTER, validate_queue_list, validate_queue_name, validate_timeout
 
 #: The largest message SQS accepts, body and message attributes together (1 MiB since August 2025).
@@ -48,8 +56,6 @@ READ_TIMEOUT = 20
 NONEXISTENT_QUEUE_CODES = frozenset(("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"))
 MAX_ATTEMPTS_ATTRIBUTE = "maxAttempts"
 METADATA_ATTRIBUTE = "metadata"
-#: The keys of a message body: the job, its id and when it was pushed.
-BODY_KEYS = frozenset(("id", "pushedAt", "class", "args"))
 #: A stored count in canonical decimal form.
 COUNT = re.compile(r"0|[1-9][0-9]{0,9}")
 
@@ -161,22 +167,16 @@ class SqsQueue(RenewableQueue, DisposableQueue):
 
     # -- push -------------------------------------------------------------------------------------
 
-    def prepare(
-        self, job: Job, delay: object = 0, queue: str = "default", max_attempts: int | None = None
-    ) -> tuple[Envelope, float]:
-        """push()'s checks, plus SQS's own limits (delay cap, message size, name length), before any I/O."""
-        envelope, seconds = super().prepare(job, delay, queue, max_attempts)
-        self._sqs_name(queue)
-        self._message(envelope, seconds)
-        return envelope, seconds
+    def _check_push(self, prepared: PreparedPush) -> None:
+        """SQS's own limits (name length, delay cap, message size), checked by prepare() before any I/O."""
+        self._sqs_name(prepared.queue)
+        self._message(prepared.envelope, prepared.delay)
 
     def _message(self, envelope: Envelope, delay: float) -> dict[str, Any]:
         """SendMessage's arguments, less the queue URL; rejects what SQS would refuse."""
         if delay > MAX_DELAY:
             raise InvalidQueueArgumentError(f"delay must be at most {MAX_DELAY} seconds on SQS")
-        body = dumps(
-            {"id": envelope.id, "pushedAt": envelope.pushed_at, "class": envelope.job_class, "args": envelope.args}
-        )
+        body = encode_body(envelope)
         attributes: dict[str, dict[str, str]] = {}
         if envelope.max_attempts is not None:
             attributes[MAX_ATTEMPTS_ATTRIBUTE] = {"DataType": "Number", "StringValue": str(envelope.max_attempts)}
@@ -376,12 +376,7 @@ class SqsQueue(RenewableQueue, DisposableQueue):
 
 def decode_message(message: dict[str, Any], queue: str, handle: SqsHandle) -> QueuedJob:
     """A received message as a QueuedJob; anything out of shape is MalformedQueuedJobDataError."""
-    body = loads(message.get("Body", ""))
-    expect(
-        body,
-        lambda v: type(v) is dict and v.keys() == BODY_KEYS,
-        "the message body does not have exactly the keys id, pushedAt, class, args",
-    )
+    body = decode_body(message.get("Body", ""))
     receive_count = _count(message.get("Attributes", {}).get("ApproximateReceiveCount"), "ApproximateReceiveCount")
     expect(receive_count, lambda v: v >= 1, "ApproximateReceiveCount is out of range")
     attributes = message.get("MessageAttributes", {})
@@ -391,20 +386,8 @@ def decode_message(message: dict[str, Any], queue: str, handle: SqsHandle) -> Qu
     metadata: Any = {}
     if METADATA_ATTRIBUTE in attributes:
         metadata = decode_metadata(loads(_attribute(attributes, METADATA_ATTRIBUTE, "String")))
-    envelope = decode_fields(
-        body["id"], body["pushedAt"], body["class"], body["args"], receive_count - 1, max_attempts, metadata
-    )
-    return QueuedJob(
-        id=envelope.id,
-        queue=queue,
-        job_class=envelope.job_class,
-        args=envelope.args,
-        attempts=receive_count,
-        max_attempts=envelope.max_attempts,
-        pushed_at=datetime.fromtimestamp(envelope.pushed_at, UTC),
-        metadata=envelope.metadata,
-        handle=handle,
-    )
+    envelope = envelope_from_body(body, receive_count - 1, max_attempts, metadata)
+    return QueuedJob.delivered(envelope, queue, handle)
 
 
 def _attribute(attributes: Any, name: str, data_type: str) -> Any:

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from kinetis_queue import Job, JobContext
-from kinetis_queue.contracts import Queue
+from kinetis_queue.contracts import PreparedPush, Queue
+from kinetis_queue.envelope import Envelope
 from kinetis_queue.exceptions import InvalidQueueArgumentError, UnserializableJobError
 from kinetis_queue.job import call_handle
 from kinetis_queue.serializer import deserialize_job
@@ -351,4 +352,52 @@ def test_a_push_that_returns_is_delivered_intact(
     assert delivered is not None
     assert (delivered.id, delivered.max_attempts) == (job_id, max_attempts)
     connection.ack(delivered)
+    assert connection.size(queue_name) == 0
+
+
+def test_prepare_reaches_no_backend_and_send_stores_the_job_it_prepared(
+    connection: Queue, backend: Backend, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Contract: What push() guarantees (validated and serialized before the backend is contacted), through
+    the public two-phase push: prepare() does no I/O, send() stores that job under the id prepare() gave it."""
+    reached_backend = _spy_on_push_primitive(connection, monkeypatch)
+
+    prepared = connection.prepare(Records("two-phase", [1]), queue=queue_name, max_attempts=2)
+
+    assert reached_backend == []
+    assert connection.size(queue_name) == 0
+    assert jobs.CALLS == []
+    assert isinstance(prepared, PreparedPush)
+    assert (prepared.queue, prepared.delay, prepared.envelope.max_attempts) == (queue_name, 0.0, 2)
+    assert JOB_ID.fullmatch(prepared.id)
+
+    assert connection.send(prepared) == prepared.id
+    assert len(reached_backend) == 1
+    if backend.stores_jobs:
+        delivered = connection.pop(5, [queue_name])
+        assert delivered is not None
+        assert (delivered.id, delivered.args["label"], delivered.max_attempts) == (prepared.id, "two-phase", 2)
+        connection.ack(delivered)
+    else:
+        assert [call[1] for call in jobs.CALLS] == ["two-phase"]
+    assert connection.size(queue_name) == 0
+
+
+@pytest.mark.trait("stores_jobs")
+def test_a_prepared_push_built_from_a_delivery_stores_its_replacement(connection: Queue, queue_name: str) -> None:
+    """Contract: Settlement (a replacement keeps the job id): send() stores an envelope built from a delivered
+    job as it is, the way the worker stores a snoozed job's replacement (same id, attempts over, new metadata)."""
+    job_id = connection.push(Records("again"), queue=queue_name, max_attempts=3)
+    first = connection.pop(5, [queue_name])
+    assert first is not None
+
+    replacement = Envelope(first.id, time.time(), first.job_class, first.args, 0, first.max_attempts, {"snoozes": 1})
+    assert connection.send(PreparedPush(replacement, 0, first.queue)) == job_id
+    connection.ack(first)
+
+    second = connection.pop(5, [queue_name])
+    assert second is not None
+    assert (second.id, second.args, second.attempts, second.max_attempts) == (job_id, first.args, 1, 3)
+    assert second.metadata["snoozes"] == 1
+    connection.ack(second)
     assert connection.size(queue_name) == 0

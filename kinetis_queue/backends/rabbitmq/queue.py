@@ -7,7 +7,6 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Self
 
@@ -20,8 +19,23 @@ from kinetis_queue.backends.rabbitmq import ladder
 from kinetis_queue.backends.rabbitmq.options import DEFAULT_HEARTBEAT, DEFAULT_URL, MAX_HEARTBEAT, OPTIONS
 from kinetis_queue.backends.rabbitmq.session import Session, parse_url
 from kinetis_queue.conf import ConnectionSettings
-from kinetis_queue.contracts import ClearableQueue, DisposableQueue, JobSettlement, QueuedJob, QueueStats
-from kinetis_queue.envelope import Envelope, decode_fields, dumps, loads, settle_if_malformed
+from kinetis_queue.contracts import (
+    ClearableQueue,
+    DisposableQueue,
+    JobSettlement,
+    PreparedPush,
+    QueuedJob,
+    QueueStats,
+)
+from kinetis_queue.envelope import (
+    Envelope,
+    decode_body,
+    dumps,
+    encode_body,
+    envelope_from_body,
+    loads,
+    settle_if_malformed,
+)
 from kinetis_queue.exceptions import (
     ConnectionFailedError,
     InvalidQueueArgumentError,
@@ -30,15 +44,12 @@ from kinetis_queue.exceptions import (
     PublishNotConfirmedError,
     QueueConfigurationError,
 )
-from kinetis_queue.job import Job
-from kinetis_queue.validation import validate_delay, validate_queue_name
+from kinetis_queue.validation import validate_queue_name
 
 logger = logging.getLogger("kinetis_queue.rabbitmq")
 
 #: Seconds push() and release() wait for the broker's confirmation of a publish.
 CONFIRM_TIMEOUT = 30.0
-#: The body's keys; attempts, maxAttempts and metadata travel as headers.
-BODY_KEYS = frozenset(("id", "pushedAt", "class", "args"))
 
 
 @dataclass(eq=False)
@@ -171,18 +182,13 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
 
     # -- the contract -----------------------------------------------------------------------------
 
-    def prepare(
-        self, job: Job, delay: object = 0, queue: str = "default", max_attempts: int | None = None
-    ) -> tuple[Envelope, float]:
-        # Contract, "What push() guarantees": the ladder's ceiling is checked before anything else.
-        ladder.whole_seconds(validate_delay(delay))
-        return super().prepare(job, delay, queue, max_attempts)
+    def _check_push(self, prepared: PreparedPush) -> None:
+        """Contract, "What push() guarantees": the delay ladder's ceiling, checked by prepare() before any I/O."""
+        ladder.whole_seconds(prepared.delay)
 
     def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
         seconds = ladder.whole_seconds(delay)
-        body = dumps(
-            {"id": envelope.id, "pushedAt": envelope.pushed_at, "class": envelope.job_class, "args": envelope.args}
-        ).encode()
+        body = encode_body(envelope).encode()
         # push() writes no attempts header: a redelivery after a dropped connection must arrive
         # with the count it had (contract: "Settlement").
         headers: dict[str, Any] = {"maxAttempts": envelope.max_attempts, "metadata": dumps(envelope.metadata)}
@@ -420,32 +426,17 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         body = message.body
         if isinstance(body, str):  # py-amqp decodes the body when a publisher set content_encoding
             body = body.encode("utf-8")
-        data = loads(body)
-        if type(data) is not dict or data.keys() != BODY_KEYS:
-            raise MalformedQueuedJobDataError(
-                "stored job data is malformed: the body does not have exactly the keys id, pushedAt, class, args"
-            )
+        data = decode_body(body)
         headers = message.properties.get("application_headers")
         if type(headers) is not dict or "maxAttempts" not in headers or type(headers.get("metadata")) is not str:
             raise MalformedQueuedJobDataError(
                 "stored job data is malformed: the maxAttempts and metadata (a JSON string) headers are missing"
             )
         metadata: str = headers["metadata"]
-        envelope = decode_fields(
-            data["id"], data["pushedAt"], data["class"], data["args"], headers.get("attempts", 0),
-            headers["maxAttempts"], {} if metadata == "{}" else loads(metadata),
+        envelope = envelope_from_body(
+            data, headers.get("attempts", 0), headers["maxAttempts"], {} if metadata == "{}" else loads(metadata)
         )
         handle = RabbitMqDelivery(
             self, session, tag, queue, envelope.id, body, envelope.attempts, envelope.max_attempts, metadata
         )
-        return QueuedJob(
-            id=envelope.id,
-            queue=queue,
-            job_class=envelope.job_class,
-            args=envelope.args,
-            attempts=envelope.attempts + 1,
-            max_attempts=envelope.max_attempts,
-            pushed_at=datetime.fromtimestamp(envelope.pushed_at, UTC),
-            metadata=envelope.metadata,
-            handle=handle,
-        )
+        return QueuedJob.delivered(envelope, queue, handle)

@@ -172,18 +172,7 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
 
     @staticmethod
     def _delivery(queue: str, member: bytes) -> QueuedJob:
-        envelope = decode_envelope(member)
-        return QueuedJob(
-            id=envelope.id,
-            queue=queue,
-            job_class=envelope.job_class,
-            args=envelope.args,
-            attempts=envelope.attempts + 1,
-            max_attempts=envelope.max_attempts,
-            pushed_at=envelope.pushed_at_datetime(),
-            metadata=envelope.metadata,
-            handle=RedisHandle(member.decode("utf-8")),
-        )
+        return QueuedJob.delivered(decode_envelope(member), queue, RedisHandle(member.decode("utf-8")))
 
     def ack(self, job: QueuedJob) -> None:
         self._remove(job, JobSettlement.ACK)

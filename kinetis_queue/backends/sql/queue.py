@@ -5,7 +5,6 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from datetime import UTC, datetime
 from typing import Any, NamedTuple, Self
 
 from django.db import DatabaseError, connections
@@ -245,17 +244,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     def _decode(row: tuple[Any, ...], handle: SqlHandle) -> QueuedJob:
         _, job_id, queue, job_class, args, metadata, attempts, max_attempts, pushed_at = row
         envelope = decode_fields(job_id, pushed_at, job_class, loads(args), attempts, max_attempts, loads(metadata))
-        return QueuedJob(
-            id=envelope.id,
-            queue=decode_queue_name(queue),
-            job_class=envelope.job_class,
-            args=envelope.args,
-            attempts=envelope.attempts + 1,
-            max_attempts=envelope.max_attempts,
-            pushed_at=datetime.fromtimestamp(envelope.pushed_at, UTC),
-            metadata=envelope.metadata,
-            handle=handle,
-        )
+        return QueuedJob.delivered(envelope, decode_queue_name(queue), handle)
 
     def _remove_malformed(self, db: BaseDatabaseWrapper, handle: SqlHandle) -> None:
         # Contract: a reclaim between reserving and deleting makes the row someone else's.
