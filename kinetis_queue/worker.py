@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Final
@@ -29,7 +29,7 @@ from django.db import connections
 
 from kinetis_queue import crashpoints, signals
 from kinetis_queue.contracts import JobSettlement, Queue, QueuedJob, RenewableQueue
-from kinetis_queue.envelope import Envelope, dumps
+from kinetis_queue.envelope import Envelope
 from kinetis_queue.exceptions import (
     InvalidQueueArgumentError,
     JobTimeoutError,
@@ -42,13 +42,12 @@ from kinetis_queue.failed import (
     FailedJobRecorder,
     ModelRecorder,
     exception_text,
-    scrub,
-    sensitive_values,
     storable,
 )
 from kinetis_queue.heartbeat import Heartbeat, RenewalReport
 from kinetis_queue.job import JobContext, Snooze, call_handle, display_name
-from kinetis_queue.serializer import deserialize_job, redacted_args
+from kinetis_queue.redaction import display_json, for_observers, scrub_for
+from kinetis_queue.serializer import deserialize_job
 from kinetis_queue.validation import validate_timeout
 
 if TYPE_CHECKING:
@@ -491,7 +490,8 @@ class Worker:
             return self._settle(job, JobSettlement.RELEASE, error, report, delay=delay), delay
         _contained(
             logger.error, 'Job "%s" failed permanently (%s): %s: %s; arguments: %s',
-            _name(job), attempt_of(job.attempts, cap), type(error).__name__, message, _redacted(job),
+            _name(job), attempt_of(job.attempts, cap), type(error).__name__, message,
+            display_json(job.job_class, job.args),
             extra=_describe(job),
         )
         # Contract, "Recording a job before fail()": a record() error propagates, nothing is settled.
@@ -535,7 +535,7 @@ class Worker:
                 return JobOutcome.RELEASED
             self._send(
                 signals.job_failed_permanently, job, exception=error, failed_job_id=failed_job_id,
-                args=_redacted(job),
+                args=display_json(job.job_class, job.args),
             )
             return JobOutcome.FAILED
         finally:
@@ -549,11 +549,10 @@ class Worker:
         if not signal_.receivers:
             return
         try:
-            # Receivers see the job with its Sensitive arguments redacted, as logs do, and without
-            # its receipt: a handle may hold the raw stored message (the Redis member, the AMQP
-            # body), and the delivery is settled by the time a receiver runs.
-            shown = replace(job, args=_redacted_args(job), handle=None)
-            responses = signal_.send_robust(type(self.queue), job=shown, connection=self.connection, **kwargs)
+            # Receivers see the job as redaction allows; the delivery is settled by the time they run.
+            responses = signal_.send_robust(
+                type(self.queue), job=for_observers(job), connection=self.connection, **kwargs
+            )
         except Exception as exc:
             _contained(logger.error, "A %s receiver setup failed: %r", "signal", exc)
             return
@@ -584,25 +583,11 @@ def _operator_interrupt(exc: BaseException) -> bool:
     )
 
 
-def _redacted_args(job: QueuedJob) -> dict[str, Any]:
-    try:
-        from kinetis_queue.job import resolve_job_class
-
-        return redacted_args(resolve_job_class(job.job_class), job.args)
-    except BaseException:  # an import the stored class triggers may raise anything, SystemExit included
-        return redacted_args(None, job.args)
-
-
-def _redacted(job: QueuedJob) -> str:
-    return dumps(_redacted_args(job))
-
-
 def _scrubbed_message(job: QueuedJob, error: BaseException) -> str:
     """The exception's message with any Sensitive argument's value replaced, escaped and cut as a
     failed-job record stores it (a lone surrogate would break a UTF-8 log stream)."""
     try:
-        return storable(scrub(exception_text(error), sensitive_values(job.job_class, job.args)),
-                        MAX_RECORDED_TEXT, lines=True)
+        return storable(scrub_for(job.job_class, job.args, exception_text(error)), MAX_RECORDED_TEXT, lines=True)
     except BaseException:  # a job's __str__ may raise anything; it never stops the worker
         return "(message unavailable)"
 
