@@ -32,7 +32,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.text import capfirst
 
-from kinetis_queue import failed, status
+from kinetis_queue import failed, redaction, status
 from kinetis_queue.models import FailedJob
 
 if TYPE_CHECKING:
@@ -122,15 +122,15 @@ class FailedJobAdmin(_ModelAdmin):
 
     @admin.display(description="arguments (Sensitive ones redacted)")
     def arguments(self, obj: FailedJob) -> str:
-        return format_html("<pre>{}</pre>", failed.shown_args(obj))
+        return format_html("<pre>{}</pre>", redaction.shown_args(obj))
 
     @admin.display(description="exception message")
     def exception(self, obj: FailedJob) -> str:
-        return format_html("<pre>{}</pre>", failed.shown_exception(obj)[0])
+        return format_html("<pre>{}</pre>", redaction.shown_exception(obj)[0])
 
     @admin.display(description="traceback")
     def traceback_shown(self, obj: FailedJob) -> str:
-        return format_html("<pre>{}</pre>", failed.shown_exception(obj)[1] or "(not recorded)")
+        return format_html("<pre>{}</pre>", redaction.shown_exception(obj)[1] or "(not recorded)")
 
     # -- the two operations, shared by the bulk actions and the detail page ------------------------
 

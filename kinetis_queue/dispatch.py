@@ -86,12 +86,12 @@ def push_after_commit(
 
 def _report(target: Queue, prepared: PreparedPush, exc: Exception) -> None:
     """Log and signal a push that failed after its transaction committed (never argument values)."""
-    from kinetis_queue.failed import scrub, sensitive_values
     from kinetis_queue.job import display_name
+    from kinetis_queue.redaction import scrub_for
 
     envelope, queue = prepared.envelope, prepared.queue
     try:
-        message = scrub(str(exc), sensitive_values(envelope.job_class, envelope.args))
+        message = scrub_for(envelope.job_class, envelope.args, str(exc))
     except Exception:
         message = "(message unavailable)"
     _log(

@@ -7,14 +7,13 @@ What a record may show: its class, connection, queue, counters, exception class 
 metadata. The arguments are kept raw (a retry needs them) and are only ever displayed redacted per
 ``Sensitive``. The exception message and traceback say only what the exception itself says (no
 local variables), and any Sensitive argument's value found in them is replaced by ``[redacted]``
-before they are stored.
+before they are stored. What may be shown of a record is decided in kinetis_queue.redaction.
 """
 
 from __future__ import annotations
 
 import re
 import traceback as traceback_module
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -25,7 +24,8 @@ from django.utils import timezone
 from kinetis_queue.contracts import QueuedJob
 from kinetis_queue.envelope import decode_args, dumps, loads
 from kinetis_queue.exceptions import InvalidQueueArgumentError
-from kinetis_queue.serializer import REDACTED, deserialize_job, redacted_args
+from kinetis_queue.redaction import scrub, sensitive_values
+from kinetis_queue.serializer import deserialize_job
 from kinetis_queue.validation import validate_max_attempts, validate_queue_name
 
 if TYPE_CHECKING:
@@ -35,9 +35,6 @@ if TYPE_CHECKING:
 MAX_LISTED: Final = 100
 #: ``queue_prune`` removes records strictly older than this many hours by default (seven days).
 DEFAULT_PRUNE_HOURS: Final = 168
-#: A Sensitive value shorter than this is not searched for in exception text: replacing every
-#: "1" or "ab" would mangle the traceback without protecting anything worth the name.
-MIN_SCRUBBED_LENGTH: Final = 4
 
 
 class FailedJobRecorder(Protocol):
@@ -132,68 +129,9 @@ def storable(text: str, limit: int, *, lines: bool = False) -> str:
     return text
 
 
-# -- redaction ----------------------------------------------------------------------------------------
-
-
-def _job_class(path: str) -> type[Any] | None:
-    from kinetis_queue.job import resolve_job_class
-
-    try:
-        return resolve_job_class(path)
-    except BaseException:  # an import the stored class triggers may raise anything, SystemExit included
-        return None
-
-
-def display_args(job_class: str, args: dict[str, Any]) -> dict[str, Any]:
-    """``args`` as they may be shown: each Sensitive one (or all, if the class is unknown) redacted."""
-    return redacted_args(_job_class(job_class), args)
-
-
-def sensitive_values(job_class: str, args: dict[str, Any]) -> list[str]:
-    """The text forms of every value the redaction hides, longest first (for ``scrub``)."""
-    shown = display_args(job_class, args)
-    found: set[str] = set()
-    for key, value in args.items():
-        if shown.get(key) == REDACTED and value != REDACTED:
-            _collect(value, found)
-    return sorted((s for s in found if len(s) >= MIN_SCRUBBED_LENGTH), key=len, reverse=True)
-
-
-def _collect(value: Any, found: set[str]) -> None:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, str):
-            found.add(item)
-        elif isinstance(item, (int, float)) and not isinstance(item, bool):
-            found.add(str(item))
-
-
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every occurrence of each secret replaced by ``[redacted]``."""
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
-
-
 def record_args(record: FailedJob) -> dict[str, Any]:
     """The record's stored arguments, decoded strictly (MalformedQueuedJobDataError when tampered)."""
     return decode_args(loads(record.args))
-
-
-def shown_args(record: FailedJob) -> str:
-    """The record's arguments as JSON with Sensitive values redacted; a record that does not decode
-    shows nothing of its arguments."""
-    try:
-        args = record_args(record)
-    except Exception:
-        return "(the stored arguments do not decode)"
-    return dumps(display_args(record.job_class, args))
 
 
 def shown_class(record: FailedJob) -> str:
@@ -205,15 +143,6 @@ def shown_class(record: FailedJob) -> str:
     except Exception:
         return record.job_class
     return display_name(record.job_class, args)
-
-
-def shown_exception(record: FailedJob) -> tuple[str, str]:
-    """The record's exception message and traceback, scrubbed again (records written before scrubbing)."""
-    try:
-        secrets = sensitive_values(record.job_class, record_args(record))
-    except Exception:
-        secrets = []
-    return scrub(record.exception_message, secrets), scrub(record.traceback, secrets)
 
 
 # -- the operator's operations ------------------------------------------------------------------------

@@ -22,15 +22,12 @@ from kinetis_queue.exceptions import JobReconstructionError, UnserializableJobEr
 from kinetis_queue.job import MAX_CLASS_PATH, Job, Sensitive, is_class_path, job_class_path, resolve_job_class
 from kinetis_queue.validation import MAX_DEPTH, is_utf8
 
-__all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "REDACTED", "deserialize_job", "redacted_args", "serialize_job"]
+__all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "deserialize_job", "serialize_job", "shown_parameters"]
 
 #: Most decimal digits an int may have: Python's default limit on int/str conversion, which a worker's
 #: JSON decoder applies, so a longer int could never be read back (nor, by default, written).
 MAX_INT_DIGITS: Final = sys.int_info.default_max_str_digits
 _INT_BOUND: Final = 10**MAX_INT_DIGITS
-
-#: What a Sensitive argument (or any argument that cannot be classified) is logged as.
-REDACTED: Final = "[redacted]"
 
 #: RFC 3339 date-time (section 5.6), ASCII digits only; the offset is required, so the value is aware.
 _RFC3339 = re.compile(
@@ -496,24 +493,10 @@ def _restore_arg(class_path: str, param: _Param, stored: Any) -> Any:
 
 
 # --------------------------------------------------------------------------------------------------
-# Logging
+# What redaction needs to know (the rules themselves are in kinetis_queue.redaction)
 
 
-def redacted_args(job_class: type[Job] | None, args: dict[str, Any]) -> dict[str, Any]:
-    """args with each Annotated[..., Sensitive] parameter's value replaced by "[redacted]".
-
-    If job_class is None or inspecting it raises, every value is "[redacted]". A stored argument that
-    matches no parameter, or whose annotation cannot be resolved, is redacted too: nothing says it is
-    safe to log, and a failure log must never leak a secret.
-    """
-    if job_class is None:
-        return dict.fromkeys(args, REDACTED)
-    try:
-        plan = _plan_for(job_class)
-        by_name = plan.by_name
-        return {
-            key: value if (param := by_name.get(key)) is not None and not param.sensitive else REDACTED
-            for key, value in args.items()
-        }
-    except Exception:
-        return dict.fromkeys(args, REDACTED)
+def shown_parameters(job_class: type[Job]) -> frozenset[str]:
+    """The names of ``job_class``'s ``__init__`` parameters not marked ``Sensitive`` and whose annotation
+    resolved; raises whatever inspecting the class raises."""
+    return frozenset(param.name for param in _plan_for(job_class).params if not param.sensitive)

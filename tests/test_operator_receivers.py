@@ -14,9 +14,9 @@ from django.dispatch import Signal
 
 from kinetis_queue import queues
 from kinetis_queue.exceptions import InvalidQueueArgumentError, JobReconstructionError, UnserializableJobError
-from kinetis_queue.failed import shown_args
 from kinetis_queue.models import FailedJob
 from kinetis_queue.receivers import queued_receiver
+from kinetis_queue.redaction import shown_args
 from kinetis_queue.worker import Worker
 from tests import operator_receivers as r
 

@@ -1,0 +1,54 @@
+"""What a worker reports: why ``Worker.run()`` returned, and how each delivery ended (the per-job report)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class ExitReason(StrEnum):
+    """Why run() returned (SqueHub's worker exit reasons). Every one but ERROR is a controlled exit."""
+
+    #: ``once``: one delivery was processed.
+    COMPLETED = "completed"
+    #: ``once`` or ``stop_when_empty``: a pop found nothing.
+    EMPTY = "empty"
+    MAX_JOBS = "max_jobs"
+    MAX_TIME = "max_time"
+    MEMORY = "memory"
+    #: The connection's restart marker moved (``queue_restart``).
+    RESTART = "restart"
+    #: stop(), SIGTERM or SIGINT.
+    SHUTDOWN = "shutdown"
+    #: An exception escaped (a settlement, record() or the backend failed): not a controlled exit.
+    ERROR = "error"
+
+
+class JobOutcome(StrEnum):
+    """The transition one delivery ended with, as the per-job report names it."""
+
+    SUCCEEDED = "succeeded"
+    RELEASED = "released"
+    FAILED = "failed"
+    LOST = "lost"
+    #: The job raised Snooze: a replacement was stored, then this delivery acked (kinetis_queue.job.Snooze).
+    SNOOZED = "snoozed"
+
+
+@dataclass(frozen=True, slots=True)
+class JobReport:
+    """One processed delivery, for a per-job output line: never the job's arguments."""
+
+    job_class: str
+    queue: str
+    job_id: str
+    attempt: int
+    outcome: JobOutcome
+    #: Seconds from taking the delivery to its settlement.
+    duration: float
+    #: The job's exception class name, on a failure.
+    error: str | None = None
+    #: The retry delay, when released; the snooze delay, when snoozed.
+    delay: float | None = None
+    #: What operators see the job as: the task or receiver it carries, else ``job_class``.
+    name: str = ""

@@ -1,0 +1,126 @@
+"""Every rule about ``Sensitive`` job arguments: what logs, signals, the admin and ``queue_failed`` may show.
+
+A job argument annotated ``Annotated[..., Sensitive]`` (kinetis_queue.job), and any argument whose
+class or annotation cannot be told, is shown as ``[redacted]``; its value, found anywhere in an
+exception's text, is replaced by ``[redacted]`` too. The django.tasks backend (``RunTask``) and the
+queued receivers declare their whole payload Sensitive, so these rules hide it everywhere. Every
+place that shows a job's arguments or an exception's text about a job calls this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Final
+
+from kinetis_queue.contracts import QueuedJob
+from kinetis_queue.envelope import decode_args, dumps, loads
+from kinetis_queue.job import Job, resolve_job_class
+from kinetis_queue.serializer import shown_parameters
+
+if TYPE_CHECKING:
+    from kinetis_queue.models import FailedJob
+
+#: What a Sensitive argument (or any argument that cannot be classified) is shown as.
+REDACTED: Final = "[redacted]"
+#: A Sensitive value shorter than this is not searched for in exception text: replacing every
+#: "1" or "ab" would mangle the traceback without protecting anything worth the name.
+MIN_SCRUBBED_LENGTH: Final = 4
+
+
+def redacted_args(job_class: type[Job] | None, args: dict[str, Any]) -> dict[str, Any]:
+    """args with each Annotated[..., Sensitive] parameter's value replaced by "[redacted]".
+
+    If job_class is None or inspecting it raises, every value is "[redacted]". A stored argument that
+    matches no parameter, or whose annotation cannot be resolved, is redacted too: nothing says it is
+    safe to log, and a failure log must never leak a secret.
+    """
+    if job_class is None:
+        return dict.fromkeys(args, REDACTED)
+    try:
+        shown = shown_parameters(job_class)
+        return {key: value if key in shown else REDACTED for key, value in args.items()}
+    except Exception:
+        return dict.fromkeys(args, REDACTED)
+
+
+def display_args(job_class: str, args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` of a job stored as ``job_class``, as they may be shown: each Sensitive one (or all,
+    if this process does not know the class) redacted."""
+    try:
+        return redacted_args(resolve_job_class(job_class), args)
+    except BaseException:  # an import the stored class triggers may raise anything, SystemExit included
+        return redacted_args(None, args)
+
+
+def display_json(job_class: str, args: dict[str, Any]) -> str:
+    """``display_args`` as the JSON text a log line carries."""
+    return dumps(display_args(job_class, args))
+
+
+def for_observers(job: QueuedJob) -> QueuedJob:
+    """``job`` as signal receivers see it: arguments redacted, as logs show them, and no receipt (a
+    handle may hold the raw stored message, the Redis member or the AMQP body, arguments and all)."""
+    return replace(job, args=display_args(job.job_class, job.args), handle=None)
+
+
+def sensitive_values(job_class: str, args: dict[str, Any]) -> list[str]:
+    """The text forms of every value the redaction hides, longest first (for ``scrub``)."""
+    shown = display_args(job_class, args)
+    found: set[str] = set()
+    for key, value in args.items():
+        if shown.get(key) == REDACTED and value != REDACTED:
+            _collect(value, found)
+    return sorted((s for s in found if len(s) >= MIN_SCRUBBED_LENGTH), key=len, reverse=True)
+
+
+def _collect(value: Any, found: set[str]) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            found.add(item)
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            found.add(str(item))
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every occurrence of each secret replaced by ``[redacted]``."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def scrub_for(job_class: str, args: dict[str, Any], text: str) -> str:
+    """``text`` (an exception's message about a job stored as ``job_class`` with ``args``) with every
+    Sensitive value of those arguments replaced by ``[redacted]``."""
+    return scrub(text, sensitive_values(job_class, args))
+
+
+def _record_args(record: FailedJob) -> dict[str, Any]:
+    # As kinetis_queue.failed.record_args decodes them: strictly (a tampered record raises).
+    return decode_args(loads(record.args))
+
+
+def shown_args(record: FailedJob) -> str:
+    """The record's arguments as JSON with Sensitive values redacted; a record that does not decode
+    shows nothing of its arguments."""
+    try:
+        args = _record_args(record)
+    except Exception:
+        return "(the stored arguments do not decode)"
+    return display_json(record.job_class, args)
+
+
+def shown_exception(record: FailedJob) -> tuple[str, str]:
+    """The record's exception message and traceback, scrubbed again (records written before scrubbing)."""
+    try:
+        secrets = sensitive_values(record.job_class, _record_args(record))
+    except Exception:
+        secrets = []
+    return scrub(record.exception_message, secrets), scrub(record.traceback, secrets)

@@ -1,0 +1,46 @@
+"""How the worker's log lines speak of a job: one logger, the context each record carries, and
+logging that never raises into the worker (contract: observers never decide). Never argument values."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kinetis_queue.contracts import QueuedJob
+from kinetis_queue.job import display_name
+
+#: Every worker line, whichever module writes it, goes to this logger (docs/running-workers.md).
+logger = logging.getLogger("kinetis_queue.worker")
+
+
+def contained(log: Any, message: str, *args: Any, **kwargs: Any) -> None:
+    """Log, discarding any error the logging system raises (contract: observers never decide)."""
+    try:
+        log(message, *args, **kwargs)
+    except Exception:  # noqa: S110
+        pass
+
+
+def job_name(job: QueuedJob) -> str:
+    """What lines about ``job`` call it: the task or receiver it carries, else its class path."""
+    return display_name(job.job_class, job.args)
+
+
+def describe(job: QueuedJob) -> dict[str, Any]:
+    """The job's log context: what every log record about it carries (never its arguments)."""
+    return {
+        "job_class": job.job_class,
+        "job_name": job_name(job),
+        "queue": job.queue,
+        "job_id": job.id,
+        "attempt": job.attempts,
+    }
+
+
+def attempt_of(attempt: int, cap: int) -> str:
+    """ "attempt 2 of 3" for a log line, worded so that a cap of 0 never reads "attempt 1 of 0"."""
+    if cap == 0:
+        return f"attempt {attempt}; no retries: max attempts is 0"
+    if attempt > cap:
+        return f"attempt {attempt}, past the cap of {cap}"
+    return f"attempt {attempt} of {cap}"
