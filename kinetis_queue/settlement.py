@@ -13,7 +13,7 @@ import time
 from typing import Any, Final, Protocol
 
 from kinetis_queue import crashpoints, signals
-from kinetis_queue.contracts import JobSettlement, Queue, QueuedJob
+from kinetis_queue.contracts import JobSettlement, PreparedPush, Queue, QueuedJob
 from kinetis_queue.envelope import Envelope
 from kinetis_queue.exceptions import StaleJobHandleError
 from kinetis_queue.failed import MAX_RECORDED_TEXT, FailedJobRecorder, exception_text, storable
@@ -21,10 +21,9 @@ from kinetis_queue.heartbeat import RenewalReport
 from kinetis_queue.job import Snooze
 from kinetis_queue.outcomes import JobOutcome
 from kinetis_queue.redaction import display_json, for_observers, scrub_for
+from kinetis_queue.validation import MAX_RETRY_DELAY
 from kinetis_queue.worker_log import attempt_of, contained, describe, job_name, logger
 
-#: The retry delay's ceiling: worker policy, not a backend limit.
-MAX_RETRY_DELAY: Final = 900
 #: The doubling stops here so a high attempt count cannot overflow.
 MAX_RETRY_EXPONENT: Final = 10
 #: The metadata key counting a job's snoozes (kinetis_queue.job.Snooze); absent on a plain push.
@@ -32,7 +31,10 @@ SNOOZES_KEY: Final = "kinetis_queue.snoozes"
 
 
 def retry_delay(attempt: int, base: float) -> float:
-    """Seconds before the next attempt after ``attempt`` failed: min(900, base * 2 ** min(attempt - 1, 10))."""
+    """Seconds before the next attempt after ``attempt`` failed.
+
+    min(MAX_RETRY_DELAY, base * 2 ** min(attempt - 1, 10)): doubling, capped.
+    """
     return float(min(MAX_RETRY_DELAY, base * 2 ** min(max(attempt, 1) - 1, MAX_RETRY_EXPONENT)))
 
 
@@ -68,7 +70,7 @@ class Settler:
         metadata = {**job.metadata, SNOOZES_KEY: snoozes_of(job) + 1}
         replacement = Envelope(job.id, time.time(), job.job_class, job.args, 0, job.max_attempts, metadata)
         try:
-            queue._push(replacement, snooze.delay, job.queue)
+            queue.send(PreparedPush(replacement, snooze.delay, job.queue))
             try:
                 queue.ack(job)
             except StaleJobHandleError as stale:

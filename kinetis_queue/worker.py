@@ -38,8 +38,8 @@ from kinetis_queue.job_timeout import call_with_timeout
 from kinetis_queue.outcomes import ExitReason, JobOutcome, JobReport
 from kinetis_queue.run_limits import RunLimits, positive_limit
 from kinetis_queue.serializer import deserialize_job
-from kinetis_queue.settlement import MAX_RETRY_DELAY, Settler, retry_delay, snoozes_of
-from kinetis_queue.validation import validate_timeout
+from kinetis_queue.settlement import Settler, retry_delay, snoozes_of
+from kinetis_queue.validation import MAX_RETRY_DELAY, validate_timeout
 from kinetis_queue.worker_log import contained, describe, job_name, logger
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class Worker:
         if type(default_max_attempts) is not int or default_max_attempts < 0:
             raise InvalidQueueArgumentError("default_max_attempts must be an int of 0 or more")
         if type(retry_base_delay) not in (int, float) or not 0 <= retry_base_delay <= MAX_RETRY_DELAY:
-            raise InvalidQueueArgumentError("retry_base_delay must be a number of seconds from 0 to 900")
+            raise InvalidQueueArgumentError(f"retry_base_delay must be a number of seconds from 0 to {MAX_RETRY_DELAY}")
         positive_limit(job_timeout, "job_timeout")
         self.queue = queue
         #: The connection's name: ``connection``, else the name the queue was built under (None only
