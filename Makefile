@@ -1,7 +1,8 @@
 # Build and test plumbing for kinetis-queue. Run from the repository root.
 #
-#   make test      services, lint, typecheck, Django checks, the full suite (Django from the dev
-#                  install), then the core + SQL suite (pytest -m core) on Django 5.2 LTS
+#   make test      services, lint, typecheck, Django checks, the full suite (Django from the dev install)
+#                  with line and branch coverage of kinetis_queue/ (worker subprocesses included), then
+#                  the core + SQL suite (pytest -m core) on Django 5.2 LTS
 #   make demo      the testproject demo on SQLite, in its own venv (.venv-demo: the app and Django only;
 #                  no services, no system packages, no root)
 #   make bench     benchmarks (python -m bench); needs the services
@@ -24,18 +25,30 @@ PYTEST_WORKERS ?= 4
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-# Interpreters tried in order for a new venv; the first that runs and is >= 3.12 wins.
-# (On pyenv machines python3.13 / python3.12 on PATH may be shims that fail: they are skipped.)
-PYTHON_CANDIDATES := $(PYTHON) python3.13 python3.12 /root/.pyenv/versions/3.1[23]*/bin/python python3
+# Interpreters tried in order for a new venv; the first that runs and is >= 3.12 wins: $(PYTHON), python3.13 and
+# python3.12 on PATH, then pyenv's installed 3.12+ (if pyenv is installed; under `pyenv root`), then the one
+# `uv python find` names (if uv is installed), then python3. Candidates that do not run (such as pyenv shims
+# of versions not selected) are skipped.
+PYTHON_CANDIDATES := $(PYTHON) python3.13 python3.12
+PYTHON_TRIED := $(PYTHON_CANDIDATES), pyenv's versions/3.1[2-9]*, uv python find, python3
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 # Shell snippets (used inside recipes).
 IS_PY312 := -c 'import sys; sys.exit(sys.version_info < (3, 12))'
-FIND_PYTHON := for c in $(PYTHON_CANDIDATES); do \
+FIND_PYTHON := pyenv_root="$$(pyenv root 2>/dev/null || true)"; \
+	uv_python="$$(uv python find '>=3.12' 2>/dev/null || true)"; \
+	for c in $(PYTHON_CANDIDATES) $${pyenv_root:+"$$pyenv_root"/versions/3.1[2-9]*/bin/python} \
+	    $${uv_python:+"$$uv_python"} python3; do \
 	  if "$$c" $(IS_PY312) >/dev/null 2>&1; then command -v "$$c"; exit 0; fi; \
 	done; exit 1
+
+# Prints the total line and branch coverage of the last `pytest --cov` run (coverage json on stdin).
+export COVERAGE_TOTALS := import json, sys; t = json.load(sys.stdin)["totals"]; \
+	print(f"== coverage of kinetis_queue/: lines {t['percent_statements_covered']:.1f}%", \
+	f"({t['covered_lines']}/{t['num_statements']}), branches {t['percent_branches_covered']:.1f}%", \
+	f"({t['covered_branches']}/{t['num_branches']})")
 
 .PHONY: venv venv52 demo-venv demo lint typecheck checks services test bench soak clean
 
@@ -49,7 +62,7 @@ $(VENV)/.installed: pyproject.toml scripts/system-deps.sh
 	  echo "venv: reusing $(VENV) ($$("$(PY)" -V))"; \
 	else \
 	  py="$$($(FIND_PYTHON))" || { \
-	    echo "error: no Python >= 3.12 found (tried: $(PYTHON_CANDIDATES)); set PYTHON=/path/to/python3.12" >&2; \
+	    echo "error: no Python >= 3.12 found (tried: $(PYTHON_TRIED)); set PYTHON=/path/to/python3.12" >&2; \
 	    exit 1; }; \
 	  echo "venv: creating $(VENV) with $$py ($$("$$py" -V))"; \
 	  "$$py" -m venv --clear "$(VENV)"; \
@@ -63,7 +76,7 @@ demo-venv: $(DEMO_VENV)/.installed
 
 $(DEMO_VENV)/.installed: pyproject.toml
 	@py="$$($(FIND_PYTHON))" || { \
-	  echo "error: no Python >= 3.12 found (tried: $(PYTHON_CANDIDATES)); set PYTHON=/path/to/python3.12" >&2; \
+	  echo "error: no Python >= 3.12 found (tried: $(PYTHON_TRIED)); set PYTHON=/path/to/python3.12" >&2; \
 	  exit 1; }; \
 	if [ -x "$(DEMO_VENV)/bin/python" ] && "$(DEMO_VENV)/bin/python" $(IS_PY312) >/dev/null 2>&1; then \
 	  echo "demo: reusing $(DEMO_VENV)"; \
@@ -111,7 +124,8 @@ checks: venv
 # ---- tests ---------------------------------------------------------------------------------------
 
 test: venv venv52 services lint typecheck checks
-	"$(PY)" -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	"$(PY)" -m pytest -n $(PYTEST_WORKERS) --cov --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
+	@"$(PY)" -m coverage json -q -o - | "$(PY)" -c "$$COVERAGE_TOTALS"
 	PY="$(PY)" bash scripts/django-task-tests.sh
 	@echo "== core + SQL suite on Django $$("$(PY52)" -c 'import django; print(django.get_version())')"
 	"$(PY52)" -m pytest -n $(PYTEST_WORKERS) -m core $(PYTEST_ARGS)

@@ -14,6 +14,8 @@ import pytest
 from django.conf import settings
 from django.db import connections as db_connections
 from django.test.utils import setup_databases, teardown_databases
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from kinetis_queue import connections as queue_connections
 from kinetis_queue.contracts import DisposableQueue, Queue
@@ -26,6 +28,11 @@ SERVICES = {
     "Redis": ("127.0.0.1", 6379, "make services (redis-server --daemonize yes --bind 127.0.0.1 --port 6379)"),
     "RabbitMQ": ("127.0.0.1", 5672, "make services (rabbitmq-server -detached)"),
 }
+
+# Property tests make no timing assertions: hypothesis's per-example deadline and its too-slow health check
+# fail on a loaded machine or under coverage tracing (make test measures coverage), not on a defect.
+hypothesis_settings.register_profile("kq-default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.load_profile("kq-default")
 
 #: Backend ids whose tests run on Django 5.2 LTS too (the core and SQL suite).
 CORE_BACKENDS = {"sync", "sql-sqlite", "sql-postgres", "sql-mariadb"}
