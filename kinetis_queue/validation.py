@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final
 
 from kinetis_queue.exceptions import InvalidQueueArgumentError
 
@@ -118,8 +118,3 @@ def is_utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def is_int(value: Any) -> bool:
-    """True for a real int (bool excluded)."""
-    return type(value) is int
