@@ -6,7 +6,7 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from kinetis_queue.receivers import queued_receiver
+from kinetis_queue.contrib.receivers import queued_receiver
 
 #: Queues the receivers below push to (the tests clear them first).
 QUEUE = "queued-receivers"

@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from kinetis_queue.tasks_compat import TaskContext, task
+from kinetis_queue.contrib.tasks.compat import TaskContext, task
 
 #: Calls seen in this process.
 SEEN: list[tuple[Any, ...]] = []

@@ -13,9 +13,9 @@ from django.db import transaction
 from django.dispatch import Signal
 
 from kinetis_queue import queues
+from kinetis_queue.contrib.receivers import queued_receiver
 from kinetis_queue.exceptions import InvalidQueueArgumentError, JobReconstructionError, UnserializableJobError
 from kinetis_queue.models import FailedJob
-from kinetis_queue.receivers import queued_receiver
 from kinetis_queue.redaction import shown_args
 from kinetis_queue.worker import Worker
 from tests import operator_receivers as r
@@ -52,7 +52,7 @@ def test_a_send_pushes_a_job_and_the_worker_calls_the_receiver() -> None:
     with db_connections["default"].cursor() as cursor:
         cursor.execute("SELECT job_id, job_class, args FROM kinetis_queue_jobs WHERE queue = %s", [r.QUEUE])
         [(stored_id, job_class, args)] = cursor.fetchall()
-    assert (stored_id, job_class) == (job_id, "kinetis_queue.receivers.QueuedReceiverJob")
+    assert (stored_id, job_class) == (job_id, "kinetis_queue.contrib.receivers.QueuedReceiverJob")
     assert json.loads(args)["receiver"] == "tests.operator_receivers.send_receipt"
     work(r.QUEUE)
     assert r.CALLS == [("send_receipt", "tests.test_operator_receivers.Shop",

@@ -175,10 +175,10 @@ def test_each_page_for_each_user(role: str, browser: Any, live_url: str, queue_n
 
 def test_the_list_fits_1280_pixels_with_the_failure_time_in_view(browser: Any, live_url: str,
                                                                   queue_name: str) -> None:
-    import kinetis_queue.receivers  # noqa: F401  (registers the carrier, so the list names the receiver)
+    import kinetis_queue.contrib.receivers  # noqa: F401  (registers the carrier, so the list names the receiver)
 
     for _ in range(3):
-        _record(queue_name, job_class="kinetis_queue.receivers.QueuedReceiverJob",
+        _record(queue_name, job_class="kinetis_queue.contrib.receivers.QueuedReceiverJob",
                 args=json.dumps({"receiver": LONG_TASK, "sender": None, "kwargs": {"token": SECRET}}),
                 exception_class=LONG_EXCEPTION, connection="a-rather-long-connection-name")
     session = Session(browser, live_url, "superuser")
