@@ -1,4 +1,4 @@
-"""Signals with queued receivers, for tests/test_operator_receivers.py (module level: a worker imports it)."""
+"""Signals with queued receivers, for tests/integrations/test_receivers.py (module level: a worker imports it)."""
 
 from __future__ import annotations
 

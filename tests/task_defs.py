@@ -1,4 +1,4 @@
-"""django.tasks functions for tests/test_tasks*.py (module level in an installed app, as workers need)."""
+"""django.tasks functions for tests/integrations/test_tasks.py (module level in an installed app, as workers need)."""
 
 from __future__ import annotations
 

@@ -20,8 +20,8 @@ from kinetis_queue.exceptions import JobReconstructionError, UnrunnableJobError
 from kinetis_queue.models import FailedJob
 from kinetis_queue.worker import Worker
 from tests import jobs
-from tests.backends import Backend
 from tests.conformance.test_worker import _rewrite_stored_job
+from tests.support.backends import Backend
 
 EFFECTS = "tests.import_effects"
 NEVER_IMPORTED = f"its module {EFFECTS!r} was never imported in this process"

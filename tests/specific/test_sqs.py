@@ -36,7 +36,7 @@ from kinetis_queue.exceptions import (
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.jobs import FailsOnce, Records, Sleeps
-from tests.sqs_server import MotoServer, SqsTestQueues
+from tests.support.sqs_server import MotoServer, SqsTestQueues
 
 ROOT = Path(__file__).resolve().parents[2]
 

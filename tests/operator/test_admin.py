@@ -25,7 +25,7 @@ from kinetis_queue.models import FailedJob
 from kinetis_queue.worker import Worker
 from tests import jobs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-TOKEN-admin-value"
 ROLES = ["anonymous", "non_staff", "staff_without_permission", "view_only", "full", "superuser"]
 #: Only SQL and sync connections, so the status page does not reach for servers other tests own.

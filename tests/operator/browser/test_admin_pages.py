@@ -24,7 +24,7 @@ from django.urls import reverse
 
 from kinetis_queue import queues
 from kinetis_queue.models import FailedJob
-from tests.test_admin import SECRET, STATUS_SETTINGS
+from tests.operator.test_admin import SECRET, STATUS_SETTINGS
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in the dev extra: pip install -e '.[dev]'")
 from selenium.common.exceptions import NoSuchElementException  # noqa: E402
@@ -35,7 +35,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "reports" / "browser"
+SCREENSHOTS = Path(__file__).resolve().parents[3] / "reports" / "browser"
 WIDTH, HEIGHT = 1280, 900
 #: Names as long as real projects have them: the list must still show the failure time.
 LONG_TASK = "acme_billing.tasks.invoicing.reconcile_outstanding_customer_invoices_for_accounting_period"

@@ -35,10 +35,10 @@ from kinetis_queue.contrib.tasks.compat import (
 from kinetis_queue.models import FailedJob, TaskResultRecord
 from kinetis_queue.worker import JobOutcome, JobReport, Worker
 from tests import task_defs
-from tests.backends import Backend
-from tests.conftest import wait_until
+from tests.support.backends import Backend
+from tests.support.helpers import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -185,7 +185,7 @@ def test_enqueue_accepts_only_a_task_a_worker_will_have_imported() -> None:
 
     with pytest.raises(InvalidTask, match="KINETIS_QUEUE\\['IMPORTS'\\]") as raised:
         task(not_discovered)
-    assert "'tests.test_tasks.not_discovered'" in str(raised.value)
+    assert "'tests.integrations.test_tasks.not_discovered'" in str(raised.value)
     assert task_defs.add.module_path == "tests.task_defs.add"  # listed in IMPORTS (tests/settings.py): accepted
 
 

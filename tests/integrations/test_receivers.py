@@ -55,7 +55,7 @@ def test_a_send_pushes_a_job_and_the_worker_calls_the_receiver() -> None:
     assert (stored_id, job_class) == (job_id, "kinetis_queue.contrib.receivers.QueuedReceiverJob")
     assert json.loads(args)["receiver"] == "tests.operator_receivers.send_receipt"
     work(r.QUEUE)
-    assert r.CALLS == [("send_receipt", "tests.test_operator_receivers.Shop",
+    assert r.CALLS == [("send_receipt", "tests.integrations.test_receivers.Shop",
                         {"order_id": 42, "lines": [{"sku": "A-1", "qty": 2}], "note": None})]
     assert queues["sqlite"].size(r.QUEUE) == 0
 
@@ -117,7 +117,7 @@ def test_on_commit_pushes_only_when_the_transaction_commits() -> None:
         assert queues["sqlite"].size(r.COMMIT_QUEUE) == 0
     assert queues["sqlite"].size(r.COMMIT_QUEUE) == 1
     work(r.COMMIT_QUEUE)
-    assert r.CALLS == [("release_stock", "tests.test_operator_receivers.Shop", {"order_id": 8})]
+    assert r.CALLS == [("release_stock", "tests.integrations.test_receivers.Shop", {"order_id": 8})]
 
 
 def test_the_decorator_validates_its_options_and_wants_a_module_level_function() -> None:
