@@ -233,7 +233,7 @@ def route(backend: Backend, queue_name: str, seed: int, monkeypatch: pytest.Monk
     if base.backend == "sqs":
         from urllib.parse import urlsplit
 
-        from kinetis_queue.backends import sqs
+        from kinetis_queue.backends.sqs import queue as sqs
         from tests.support.fixtures import BACKEND_SUPPORT
 
         BACKEND_SUPPORT[backend.id].create(queue_name)  # the backend never creates a queue

@@ -400,7 +400,7 @@ def sql_rows(draw: st.DrawFn) -> tuple[Callable[..., QueuedJob], tuple[Any, ...]
 
 
 def _decode_sqs(message: dict[str, Any]) -> QueuedJob:
-    from kinetis_queue.backends.sqs import SqsHandle, decode_message
+    from kinetis_queue.backends.sqs.queue import SqsHandle, decode_message
 
     return decode_message(message, "q", SqsHandle("http://sqs/q", "receipt"))
 

@@ -452,7 +452,7 @@ def test_b7_sqs_endpoint_down_stops_the_worker_without_a_hot_spin(
 ) -> None:
     """A private moto is SIGKILLed under ``queue_work --processes 1`` and started again: push raises, the
     worker's transport error stops it, and the supervisor restarts it with a growing pause (no hot spin)."""
-    from kinetis_queue.backends.sqs import CONNECT_TIMEOUT, SqsQueue
+    from kinetis_queue.backends.sqs.queue import CONNECT_TIMEOUT, SqsQueue
     from tests.support.sqs_server import CLEARED_VARIABLES, ENDPOINT_VARIABLE, REGION, environment
 
     for variable in CLEARED_VARIABLES:

@@ -23,7 +23,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from kinetis_queue import connections, push_on_commit
-from kinetis_queue.backends.sqs import MAX_MESSAGE_BYTES, SqsHandle, SqsQueue, decode_message
+from kinetis_queue.backends.sqs.queue import MAX_MESSAGE_BYTES, SqsHandle, SqsQueue, decode_message
 from kinetis_queue.contracts import ClearableQueue, DisposableQueue, RenewableQueue
 from kinetis_queue.exceptions import (
     InvalidQueueArgumentError,
