@@ -34,6 +34,7 @@ from django.db import DatabaseError
 
 from kinetis_queue import conf, registry, tables
 from kinetis_queue.backends.sql.options import UNKNOWN_ALIAS
+from kinetis_queue.backends.sql.tables import missing
 from kinetis_queue.exceptions import QueueConfigurationError, QueueTablesMissingError, QueueUnavailableError
 
 #: The tail of conf's message for an SQL connection's unknown DATABASE alias.
@@ -139,7 +140,7 @@ def check_tables(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
     warnings: list[CheckMessage] = []
     for alias in databases or ():
         try:
-            absent = tables.missing(alias, tables.app_tables(alias))
+            absent = missing(alias, tables.app_tables(alias))
         except DatabaseError:
             continue  # an unreachable database is not this check's to report
         if absent:

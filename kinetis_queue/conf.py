@@ -40,7 +40,7 @@ BUILTIN_OPTIONS: dict[str, str] = {
     "sync": "kinetis_queue.backends.sync",
     "sql": "kinetis_queue.backends.sql.options",
     "redis": "kinetis_queue.backends.redis.options",
-    "sqs": "kinetis_queue.backends.sqs_options",
+    "sqs": "kinetis_queue.backends.sqs.options",
     "rabbitmq": "kinetis_queue.backends.rabbitmq.options",
 }
 #: Keys every connection may carry (worker policy); they default to the top-level value of the same name.

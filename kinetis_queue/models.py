@@ -101,6 +101,6 @@ class RestartMarker(models.Model):
         return f"restart generation {self.generation} of {self.connection}"
 
 # The django.tasks result store lives in its own module (it must not import django.tasks itself).
-from kinetis_queue.task_results import TaskResultRecord  # noqa: E402
+from kinetis_queue.contrib.tasks.results import TaskResultRecord  # noqa: E402
 
 __all__ = ["ExactCharField", "FailedJob", "QueuedJobRecord", "RestartMarker", "TaskResultRecord"]

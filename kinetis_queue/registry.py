@@ -25,10 +25,9 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
 from django.apps import apps
 from django.utils.module_loading import module_has_submodule
@@ -41,9 +40,6 @@ from kinetis_queue.exceptions import (
     UnrunnableJobError,
 )
 from kinetis_queue.job import Job, _handle_plan, job_class_path
-
-if TYPE_CHECKING:
-    from kinetis_queue.tasks import AnyTask
 
 #: The submodule of each installed app that discovery imports.
 DISCOVERED_SUBMODULES: Final = ("jobs", "tasks")
@@ -136,37 +132,14 @@ def resolve_job_class(path: str) -> type[Job]:
     cls = Job._registry.get(path)
     if cls is not None:
         return cls
-    raise JobReconstructionError(f"job class {path!r} cannot be resolved: {_why(path, 'a Job subclass')}")
+    raise JobReconstructionError(f"job class {path!r} cannot be resolved: {why_unresolved(path, 'a Job subclass')}")
 
 
-def resolve_receiver(path: str) -> Callable[..., Any]:
-    """The function registered by ``@queued_receiver`` as ``path``; raises JobReconstructionError."""
-    from kinetis_queue.receivers import _RECEIVERS
+def why_unresolved(path: str, kind: str) -> str:
+    """Why ``path`` names no registered ``kind``: from what this process knows, importing nothing.
 
-    function = _RECEIVERS.get(path)
-    if function is not None:
-        return function
-    raise JobReconstructionError(
-        f"queued receiver {path!r} cannot be resolved: {_why(path, 'a function registered by @queued_receiver')}"
-    )
-
-
-def resolve_task(path: str) -> AnyTask:
-    """The django.tasks Task stored as ``path``, looked up in a module this process already imported.
-
-    Raises JobReconstructionError when the module was never imported (it is not imported now), or
-    the name holds no Task.
+    The reason every resolver gives (job classes here; queued receivers and tasks in contrib/).
     """
-    from kinetis_queue.tasks_compat import Task
-
-    found = _lookup(path)
-    if isinstance(found, Task):
-        return found
-    raise JobReconstructionError(f"task {path!r} cannot be resolved: {_why(path, 'a django.tasks Task')}")
-
-
-def _why(path: str, kind: str) -> str:
-    """Why ``path`` names no registered ``kind``: from what this process knows, importing nothing."""
     for name, failure in list(_attempted.items()):
         if failure is not None and (path == name or path.startswith(name + ".")):
             return f"its module {name!r} failed to import at start-up ({type(failure.error).__name__}: {failure.error})"
@@ -181,12 +154,13 @@ def _why(path: str, kind: str) -> str:
         )
     if not rest:
         return f"it is a module, not {kind}"
-    if _walk(module, rest) is _MISSING:
+    if _walk(module, rest) is MISSING:
         return f"module {module.__name__!r} has no attribute {'.'.join(rest)!r}"
     return f"it is not {kind}"
 
 
-_MISSING: Final = object()
+#: What lookup() returns when ``path`` names nothing in an imported module.
+MISSING: Final = object()
 
 
 def _imported_prefix(path: str) -> tuple[ModuleType | None, list[str]]:
@@ -206,24 +180,24 @@ def _walk(start: object, names: list[str]) -> object:
         try:
             namespace = vars(found)
         except TypeError:
-            return _MISSING
-        found = namespace.get(name, _MISSING)
-        if found is _MISSING:
-            return _MISSING
+            return MISSING
+        found = namespace.get(name, MISSING)
+        if found is MISSING:
+            return MISSING
     return found
 
 
-def _lookup(path: str) -> object:
-    """The object ``path`` names in an already imported module, or _MISSING."""
+def lookup(path: str) -> object:
+    """The object ``path`` names in an already imported module, or MISSING; imports nothing."""
     module, rest = _imported_prefix(path)
     if module is None or not rest:
-        return _MISSING
+        return MISSING
     return _walk(module, rest)
 
 
 def reachable(cls: type) -> bool:
     """Whether ``cls`` is found under its dotted path in its already imported module (as a worker would)."""
-    return _lookup(f"{cls.__module__}.{cls.__qualname__}") is cls
+    return lookup(f"{cls.__module__}.{cls.__qualname__}") is cls
 
 
 # -- what push() accepts -----------------------------------------------------------------------------

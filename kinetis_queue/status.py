@@ -78,9 +78,10 @@ def _describe_error(queue: Queue, exc: Exception) -> str:
     """Why figures are unavailable; a missing jobs table is said in plain words (run migrate)."""
     from kinetis_queue.backends.sql import SqlQueue
     from kinetis_queue.backends.sql.queue import JOBS_TABLE
+    from kinetis_queue.backends.sql.tables import explain
 
     if isinstance(queue, SqlQueue):
-        clear = tables.explain(queue.database, exc, JOBS_TABLE)
+        clear = explain(queue.database, exc, JOBS_TABLE)
         if clear is not None:
             exc = clear
     return f"{type(exc).__name__}: {exc}"

@@ -1,20 +1,16 @@
 """Whether the kinetis_queue tables exist in a database: a forgotten ``migrate`` told in plain words.
 
-Nothing here runs on a hot path: ``push()`` only calls ``explain()`` after the database has
-already refused a statement, and the commands check once at start-up.
+The commands check once at start-up; how a database is asked (``missing()``), and the error a
+refused statement becomes (``explain()``), live with the SQL backend (backends/sql/tables.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from django.apps import apps
 from django.db import DatabaseError, connections, router
 
+from kinetis_queue.backends.sql.tables import missing
 from kinetis_queue.exceptions import QueueTablesMissingError
-
-#: Words a database uses when a table does not exist (SQLite, PostgreSQL, MySQL/MariaDB).
-_MISSING_WORDS = ("no such table", "does not exist", "doesn't exist")
 
 
 def app_tables(alias: str) -> list[str]:
@@ -24,29 +20,6 @@ def app_tables(alias: str) -> list[str]:
         for model in apps.get_app_config("kinetis_queue").get_models()
         if router.allow_migrate_model(alias, model)
     ]
-
-
-def missing(alias: str, tables: Iterable[str]) -> list[str]:
-    """Which of ``tables`` database ``alias`` lacks (one introspection query)."""
-    with connections[alias].cursor() as cursor:
-        present = set(connections[alias].introspection.table_names(cursor))
-    return [table for table in tables if table not in present]
-
-
-def explain(alias: str, error: BaseException, table: str) -> QueueTablesMissingError | None:
-    """The clear error for ``error``, a database's refusal, when ``table`` is missing; None otherwise.
-
-    Introspection confirms it; inside a transaction the database has aborted (PostgreSQL) that
-    query fails too, and the refusal's own words ("no such table" and the table's name) decide.
-    """
-    if not isinstance(error, DatabaseError):
-        return None
-    text = str(error)
-    try:
-        absent = missing(alias, [table])
-    except Exception:
-        absent = [table] if table in text and any(words in text for words in _MISSING_WORDS) else []
-    return QueueTablesMissingError(alias, absent) if absent else None
 
 
 def require_for(queue: object | None) -> None:

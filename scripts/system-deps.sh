@@ -2,7 +2,7 @@
 # Install the Debian packages the test suite needs to build and run, only those missing:
 #   libmariadb-dev, pkg-config  to build mysqlclient from source
 #   faketime                    for tests that shift the clock of a subprocess
-#   chromium, chromium-driver   headless browser and its WebDriver for tests/browser (Selenium is told to
+#   chromium, chromium-driver   headless browser and its WebDriver for tests/operator/browser (Selenium is told to
 #                               use /usr/bin/chromedriver and never downloads one)
 # Quiet when nothing is missing or the install succeeds; prints apt's output when it fails.
 set -euo pipefail

@@ -15,7 +15,7 @@ from typing import Any
 from django.dispatch import Signal
 
 from kinetis_queue import Job
-from kinetis_queue.receivers import queued_receiver
+from kinetis_queue.contrib.receivers import queued_receiver
 
 _MARKER = os.environ.get("KINETIS_TESTS_IMPORT_MARKER")
 if _MARKER:

@@ -1,4 +1,4 @@
-"""Signals with queued receivers, for tests/test_operator_receivers.py (module level: a worker imports it)."""
+"""Signals with queued receivers, for tests/integrations/test_receivers.py (module level: a worker imports it)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from kinetis_queue.receivers import queued_receiver
+from kinetis_queue.contrib.receivers import queued_receiver
 
 #: Queues the receivers below push to (the tests clear them first).
 QUEUE = "queued-receivers"

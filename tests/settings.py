@@ -21,7 +21,7 @@ PG_TEST_NAME = f"test_kinetis_queue_{RUN_ID}"
 MARIADB_TEST_NAME = f"test_kinetis_queue_{RUN_ID}"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 REDIS_PREFIX = f"kinetis_test_{RUN_ID}:"
-#: moto's SQS server: tests/conftest.py's moto_server fixture starts it and sets this variable, which worker
+#: moto's SQS server: tests/support/fixtures.py's moto_server fixture starts it and sets this variable, which worker
 #: subprocesses inherit (in the test process the fixture overrides the setting). Nothing listens at the
 #: fallback, so a stray SQS call fails instead of reaching AWS.
 SQS_ENDPOINT = os.environ.get("KINETIS_TESTS_SQS_ENDPOINT", "http://127.0.0.1:9")
@@ -37,13 +37,13 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
-    # The admin's CSS and JS, served to the browser tests (tests/browser) by their live server.
+    # The admin's CSS and JS, served to the browser tests (tests/operator/browser) by their live server.
     "django.contrib.staticfiles",
     "kinetis_queue",
     "tests",
 ]
 
-# The admin (tests/test_admin.py): sessions, auth, messages and CSRF, as a project would have them.
+# The admin (tests/operator/test_admin.py): sessions, auth, messages and CSRF, as a project would have them.
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -67,7 +67,7 @@ ROOT_URLCONF = "tests.urls"
 STATIC_URL = "/static/"
 # Every backend is configured below, but the Django 5.2 venv (make test's core stage) installs no
 # client library for Redis, SQS or RabbitMQ: that would stop every management command a test starts.
-# tests/test_operator_checks.py still sees the check (run_checks() ignores silencing).
+# tests/operator/test_checks.py still sees the check (run_checks() ignores silencing).
 SILENCED_SYSTEM_CHECKS = ["kinetis_queue.E002"]
 
 DATABASES = {

@@ -1,4 +1,4 @@
-"""django.tasks functions for tests/test_tasks*.py (module level in an installed app, as workers need)."""
+"""django.tasks functions for tests/integrations/test_tasks.py (module level in an installed app, as workers need)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from kinetis_queue.tasks_compat import TaskContext, task
+from kinetis_queue.contrib.tasks.compat import TaskContext, task
 
 #: Calls seen in this process.
 SEEN: list[tuple[Any, ...]] = []

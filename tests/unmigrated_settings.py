@@ -1,5 +1,5 @@
 """tests.settings on a database where ``migrate`` never ran: an empty SQLite file named by
-KINETIS_TESTS_EMPTY_DB (tests/test_tables.py), with one sql connection on it."""
+KINETIS_TESTS_EMPTY_DB (tests/operator/test_tables.py), with one sql connection on it."""
 
 from __future__ import annotations
 

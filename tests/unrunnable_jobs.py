@@ -1,4 +1,4 @@
-"""Job classes no worker can run, for check E005 (tests/test_resolution.py lists this module in IMPORTS)."""
+"""Job classes no worker can run, for check E005 (tests/operator/test_discovery.py lists this module in IMPORTS)."""
 
 from __future__ import annotations
 

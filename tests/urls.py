@@ -1,4 +1,4 @@
-"""URLs for the test suite: the Django admin (tests/test_admin.py)."""
+"""URLs for the test suite: the Django admin (tests/operator/test_admin.py)."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ from django.db import connections as db_connections
 from kinetis_queue.contracts import Queue
 from kinetis_queue.exceptions import JobReconstructionError, MalformedJobSettledError
 from kinetis_queue.serializer import deserialize_job
-from tests.backends import Backend
 from tests.jobs import Noop, Records
+from tests.support.backends import Backend
 
 pytestmark = pytest.mark.trait("stores_jobs")
 

@@ -11,8 +11,8 @@ from django.db import connections as db_connections
 
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.exceptions import InvalidQueueArgumentError
-from tests.backends import Backend
 from tests.jobs import Noop, Records
+from tests.support.backends import Backend
 
 
 def _drain(connection: Queue, queues: list[str]) -> list[QueuedJob]:

@@ -17,8 +17,8 @@ from kinetis_queue.exceptions import InvalidQueueArgumentError, UnserializableJo
 from kinetis_queue.job import call_handle
 from kinetis_queue.serializer import deserialize_job
 from tests import jobs
-from tests.backends import Backend
 from tests.jobs import Color, Records
+from tests.support.backends import Backend
 
 JOB_ID = re.compile(r"[0-9a-f]{32}")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from kinetis_queue.contracts import Queue, RenewableQueue
-from tests.backends import Backend
-from tests.conftest import wait_until
 from tests.jobs import Records
+from tests.support.backends import Backend
+from tests.support.helpers import wait_until
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from kinetis_queue.contracts import RenewableQueue
-from tests.conftest import wait_until
 from tests.jobs import Records
+from tests.support.helpers import wait_until
 
 #: tests/settings.py gives every renewable test connection a one-second visibility timeout.
 CONFIGURED_VISIBILITY_TIMEOUT = 1

@@ -15,13 +15,13 @@ import pytest
 
 from kinetis_queue import Job, JobContext, registry
 from kinetis_queue.contracts import Queue
+from kinetis_queue.contrib.receivers import QueuedReceiverJob
 from kinetis_queue.exceptions import JobReconstructionError, UnrunnableJobError
 from kinetis_queue.models import FailedJob
-from kinetis_queue.receivers import QueuedReceiverJob
 from kinetis_queue.worker import Worker
 from tests import jobs
-from tests.backends import Backend
 from tests.conformance.test_worker import _rewrite_stored_job
+from tests.support.backends import Backend
 
 EFFECTS = "tests.import_effects"
 NEVER_IMPORTED = f"its module {EFFECTS!r} was never imported in this process"
@@ -88,7 +88,7 @@ def test_a_task_in_an_unimported_module_fails_the_job_and_is_never_imported(
     connection: Queue, backend: Backend, queue_name: str
 ) -> None:
     """Issue 12 item 7, for a django.tasks task path (sync: push() raises it)."""
-    tasks = pytest.importorskip("kinetis_queue.tasks", reason="django.tasks is not installed")
+    tasks = pytest.importorskip("kinetis_queue.contrib.tasks.backend", reason="django.tasks is not installed")
     job = tasks.RunTask(f"{EFFECTS}.effect_task", [SECRET], {}, "0" * 32, "default")
     exception_class, message = _failure_of(connection, backend, queue_name, job)
     assert EFFECTS not in sys.modules

@@ -8,9 +8,9 @@ import pytest
 
 from kinetis_queue.contracts import ClearableQueue, Queue, RenewableQueue
 from kinetis_queue.exceptions import InvalidQueueArgumentError
-from tests.backends import Backend
-from tests.conftest import wait_until
 from tests.jobs import Records
+from tests.support.backends import Backend
+from tests.support.helpers import wait_until
 
 #: Bad names built from the test's own queue name, so a backend that trimmed, truncated or matched
 #: them loosely (a PAD SPACE collation, a regex ``$`` before a newline) would touch that queue.

@@ -16,8 +16,8 @@ from kinetis_queue.exceptions import JobReconstructionError, UnresolvableJobPara
 from kinetis_queue.models import FailedJob
 from kinetis_queue.worker import Worker, retry_delay
 from tests import jobs
-from tests.backends import Backend
-from tests.conftest import steal_reservation
+from tests.support.backends import Backend
+from tests.support.helpers import steal_reservation
 
 pytestmark = pytest.mark.trait("stores_jobs")
 
@@ -217,7 +217,7 @@ def _rewrite_stored_job(backend: Backend, job_id: str, job_class: str, args: dic
     import json
 
     if backend.id == "redis":
-        from tests.conftest import find_redis_member, redis_client
+        from tests.support.helpers import find_redis_member, redis_client
 
         key, member = find_redis_member(backend, job_id, "pending")
         stored = {**json.loads(member), "class": job_class, "args": args}
@@ -225,7 +225,7 @@ def _rewrite_stored_job(backend: Backend, job_id: str, job_class: str, args: dic
             client.lset(key, client.lpos(key, member), json.dumps(stored, separators=(",", ":")))
         return
     if backend.database is None:
-        from tests.conftest import rewrite_stored_job  # through the backend's setup fixture (Backend.setup)
+        from tests.support.helpers import rewrite_stored_job  # through the backend's setup fixture (Backend.setup)
 
         rewrite_stored_job(backend, job_id, job_class, args)
         return

@@ -20,9 +20,9 @@ from kinetis_queue.exceptions import JobReconstructionError
 from kinetis_queue.models import FailedJob
 from kinetis_queue.worker import ExitReason, Worker
 from tests import hostile_jobs
-from tests.backends import Backend
 from tests.conformance.test_worker import _rewrite_stored_job
-from tests.conftest import steal_reservation
+from tests.support.backends import Backend
+from tests.support.helpers import steal_reservation
 
 pytestmark = pytest.mark.trait("stores_jobs")
 

@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, settings
 
 from kinetis_queue import conf
 from kinetis_queue.contracts import DisposableQueue, Queue
-from tests.backends import Backend
 from tests.faults import history, stores
 from tests.faults.servers import PrivateRedis
 from tests.faults.worker import install_observers
+from tests.support.backends import Backend
 
 HERE = Path(__file__).resolve().parent
 

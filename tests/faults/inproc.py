@@ -32,10 +32,10 @@ from django.db import connections as db_connections
 from kinetis_queue import conf, connections
 from kinetis_queue.contracts import DisposableQueue, Queue
 from kinetis_queue.worker import Worker
-from tests.backends import Backend
 from tests.faults import history
 from tests.faults.faultproxy import FaultProxy
 from tests.faults.worker import where
+from tests.support.backends import Backend
 
 #: The operations a worker or a pusher calls on a queue.
 OPERATIONS = ("push", "pop", "ack", "release", "fail", "renew")
@@ -233,8 +233,8 @@ def route(backend: Backend, queue_name: str, seed: int, monkeypatch: pytest.Monk
     if base.backend == "sqs":
         from urllib.parse import urlsplit
 
-        from kinetis_queue.backends import sqs
-        from tests.conftest import BACKEND_SUPPORT
+        from kinetis_queue.backends.sqs import queue as sqs
+        from tests.support.fixtures import BACKEND_SUPPORT
 
         BACKEND_SUPPORT[backend.id].create(queue_name)  # the backend never creates a queue
         monkeypatch.setattr(sqs, "CONNECT_TIMEOUT", 1)

@@ -20,8 +20,8 @@ from typing import Any
 
 from kinetis_queue.contracts import Queue
 from kinetis_queue.worker import Worker
-from tests.backends import Backend
 from tests.faults import history
+from tests.support.backends import Backend
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Debian's libfaketime (package ``faketime``, installed by scripts/system-deps.sh).

@@ -7,8 +7,8 @@ import socket
 import subprocess
 from pathlib import Path
 
-from tests.conftest import wait_until
 from tests.faults import history
+from tests.support.helpers import wait_until
 
 
 def free_port() -> int:

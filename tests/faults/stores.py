@@ -37,7 +37,7 @@ from django.db import connections as db_connections
 
 from kinetis_queue import conf
 from kinetis_queue.contracts import Queue, QueuedJob
-from tests.backends import Backend
+from tests.support.backends import Backend
 
 TABLE = "kinetis_queue_jobs"
 

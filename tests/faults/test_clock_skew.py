@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from kinetis_queue.contracts import Queue
-from tests.backends import BACKENDS, Backend
-from tests.conftest import wait_until
 from tests.faults import history, procs, stores
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
 from tests.faults.jobs import Tagged
+from tests.support.backends import BACKENDS, Backend
+from tests.support.helpers import wait_until
 
 pytestmark = [
     pytest.mark.fault,

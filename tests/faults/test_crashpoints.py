@@ -16,11 +16,11 @@ import pytest
 from kinetis_queue import crashpoints
 from kinetis_queue.contracts import Queue, RenewableQueue
 from kinetis_queue.job import Job
-from tests.backends import Backend
 from tests.faults import procs
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
 from tests.faults.jobs import CrashesInHandle, FailsFirstRun, Tagged, TaggedFails
+from tests.support.backends import Backend
 
 pytestmark = [pytest.mark.fault, pytest.mark.trait("stores_jobs"), pytest.mark.timeout(90)]
 

@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 
 from kinetis_queue.contracts import JobSettlement, Queue, QueuedJob
 from kinetis_queue.exceptions import InvalidQueueArgumentError, StaleJobHandleError
-from tests.backends import Backend
-from tests.conftest import wait_until
 from tests.faults import procs
 from tests.faults.conftest import soak_scale, soak_seconds
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
 from tests.faults.jobs import RandomDuration, Tagged
+from tests.support.backends import Backend
+from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.trait("stores_jobs", "fenced")]
 

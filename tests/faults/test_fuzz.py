@@ -1,6 +1,6 @@
 """H1-H3, the argument contract and the decoders under Hypothesis, on every backend (RELIABILITY.md §3 H).
 
-tests/test_serializer.py proves the contract without a backend (round trips through strict JSON, every
+tests/core/test_serializer.py proves the contract without a backend (round trips through strict JSON, every
 rejection, its location and what a message may show). Here the same values go through each backend:
 
 - H1: values inside the contract, pushed and popped: ``args`` come back equal with exact types (True
@@ -38,9 +38,9 @@ from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.exceptions import MalformedQueuedJobDataError, UnserializableJobError
 from kinetis_queue.job import job_class_path
 from kinetis_queue.serializer import MAX_DEPTH, MAX_INT_DIGITS, deserialize_job, serialize_job
-from tests.backends import Backend
+from tests.core.test_serializer import SECRET, MyDatetime, Opaque, assert_same, located, nested
 from tests.faults import checker, stores
-from tests.test_serializer import SECRET, MyDatetime, Opaque, assert_same, located, nested
+from tests.support.backends import Backend
 
 pytestmark = pytest.mark.fault
 
@@ -400,7 +400,7 @@ def sql_rows(draw: st.DrawFn) -> tuple[Callable[..., QueuedJob], tuple[Any, ...]
 
 
 def _decode_sqs(message: dict[str, Any]) -> QueuedJob:
-    from kinetis_queue.backends.sqs import SqsHandle, decode_message
+    from kinetis_queue.backends.sqs.queue import SqsHandle, decode_message
 
     return decode_message(message, "q", SqsHandle("http://sqs/q", "receipt"))
 

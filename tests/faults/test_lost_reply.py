@@ -25,13 +25,13 @@ from django.db import connections as db_connections
 
 from kinetis_queue.backends.sql import SqlQueue
 from kinetis_queue.worker import Worker
-from tests.backends import SQL_BACKENDS, Backend
 from tests.faults import procs
 from tests.faults.faultproxy import CutAfter, FaultProxy, Pass
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
 from tests.faults.jobs import Tagged, TaggedFails
 from tests.faults.stores import SqlStore
+from tests.support.backends import SQL_BACKENDS, Backend
 
 POSTGRES = [b for b in SQL_BACKENDS if settings.DATABASES[b.database or ""]["ENGINE"].endswith("postgresql")]
 

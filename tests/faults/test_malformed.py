@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from kinetis_queue.contracts import Queue
-from tests.backends import Backend
 from tests.faults import history, procs
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
 from tests.faults.jobs import Tagged
 from tests.faults.stores import pickle_payload
+from tests.support.backends import Backend
 
 pytestmark = [pytest.mark.fault, pytest.mark.trait("stores_jobs"), pytest.mark.timeout(180)]
 

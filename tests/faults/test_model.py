@@ -27,10 +27,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kinetis_queue.contracts import ClearableQueue, JobSettlement, Queue, QueuedJob, RenewableQueue
 from kinetis_queue.exceptions import StaleJobHandleError
-from tests.backends import Backend
 from tests.faults import checker
 from tests.faults.conftest import soak_seconds
 from tests.faults.jobs import Tagged
+from tests.support.backends import Backend
 
 pytestmark = [pytest.mark.trait("stores_jobs", "fenced")]
 

@@ -37,8 +37,6 @@ from django.test import override_settings
 from kinetis_queue import conf, connections
 from kinetis_queue.contracts import Queue
 from kinetis_queue.worker import Worker
-from tests.backends import BACKENDS, Backend
-from tests.conftest import wait_until
 from tests.faults import history, procs, stores
 from tests.faults.conftest import soak_scale, soak_seconds
 from tests.faults.faultproxy import Blackhole, Latency, Pass, Refuse, Reset
@@ -47,6 +45,8 @@ from tests.faults.history import new_tag
 from tests.faults.inproc import CallTimer, Pusher, RenewalLog, Route, ThreadWorkers, dispose, route
 from tests.faults.jobs import Tagged, TaggedFails
 from tests.faults.servers import PrivateRedis, PrivateServer, free_port
+from tests.support.backends import BACKENDS, Backend
+from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(120)]
 
@@ -405,7 +405,7 @@ class PrivateMoto(PrivateServer):
     """moto's server on a port of this test's own; killed with SIGKILL and started again on the same port."""
 
     def __init__(self, port: int, log: Path) -> None:
-        from tests.sqs_server import admin_client
+        from tests.support.sqs_server import admin_client
 
         self.port, self.log = port, log
         self.endpoint = f"http://127.0.0.1:{port}"
@@ -452,8 +452,8 @@ def test_b7_sqs_endpoint_down_stops_the_worker_without_a_hot_spin(
 ) -> None:
     """A private moto is SIGKILLed under ``queue_work --processes 1`` and started again: push raises, the
     worker's transport error stops it, and the supervisor restarts it with a growing pause (no hot spin)."""
-    from kinetis_queue.backends.sqs import CONNECT_TIMEOUT, SqsQueue
-    from tests.sqs_server import CLEARED_VARIABLES, ENDPOINT_VARIABLE, REGION, environment
+    from kinetis_queue.backends.sqs.queue import CONNECT_TIMEOUT, SqsQueue
+    from tests.support.sqs_server import CLEARED_VARIABLES, ENDPOINT_VARIABLE, REGION, environment
 
     for variable in CLEARED_VARIABLES:
         monkeypatch.delenv(variable, raising=False)

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from kinetis_queue.contracts import Queue
-from tests.backends import Backend
 from tests.faults import history, procs, stores
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
 from tests.faults.jobs import Tagged
+from tests.support.backends import Backend
 
 pytestmark = [pytest.mark.fault, pytest.mark.trait("stores_jobs"), pytest.mark.timeout(180)]
 
@@ -32,7 +32,7 @@ def test_concurrent_poppers_never_share_a_delivery(
 ) -> None:
     for i in range(JOBS):
         push(connection, Tagged(new_tag(run_id, i)), queue_name)
-    command = [sys.executable, "-m", "tests.faults.popper", backend.connection, queue_name, "4"]
+    command = [sys.executable, "-m", "tests.support.popper", backend.connection, queue_name, "4"]
     started = time.monotonic()
     poppers = [
         subprocess.Popen(command, env=procs.env(history_dir, visibility_timeout=60, role="popper"), cwd=procs.ROOT)

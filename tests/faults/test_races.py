@@ -33,14 +33,14 @@ from django.db import connections as db_connections
 from kinetis_queue.backends.sql import SqlQueue
 from kinetis_queue.contracts import Queue
 from kinetis_queue.exceptions import StaleJobHandleError
-from tests.backends import BACKENDS, Backend
 from tests.faults import history, procs, stores
 from tests.faults.conftest import soak_scale, soak_seconds
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
 from tests.faults.jobs import Tagged
-from tests.faults.popper import take
 from tests.faults.worker import isolation_options
+from tests.support.backends import BACKENDS, Backend
+from tests.support.popper import take
 
 pytestmark = pytest.mark.trait("stores_jobs")
 
@@ -62,13 +62,13 @@ def popper_race(
     scenario: str, backend: Backend, connection: Queue, queue_name: str, history_dir: Path, seed: int,
     run_id: str, *, jobs: int, isolation: str | None = None,
 ) -> dict[str, Any]:
-    """The G1 load: ``jobs`` ready jobs, 2 popper processes x 4 threads (tests/faults/popper.py), then a drain."""
+    """The G1 load: ``jobs`` ready jobs, 2 popper processes x 4 threads (tests/support/popper.py), then a drain."""
     for i in range(jobs):
         push(connection, Tagged(new_tag(run_id, i)), queue_name)
     env = procs.env(history_dir, visibility_timeout=60, role="popper")
     if isolation:
         env["KQ_ISOLATION_LEVEL"] = isolation
-    command = [sys.executable, "-m", "tests.faults.popper", backend.connection, queue_name, "4"]
+    command = [sys.executable, "-m", "tests.support.popper", backend.connection, queue_name, "4"]
     started = time.monotonic()
     with (history_dir / "poppers.log").open("wb") as log:
         poppers = [subprocess.Popen(command, env=env, cwd=procs.ROOT, stdout=log, stderr=log) for _ in range(2)]

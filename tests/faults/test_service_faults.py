@@ -25,12 +25,12 @@ from django.conf import settings
 
 from kinetis_queue import conf, connections
 from kinetis_queue.contracts import DisposableQueue, Queue
-from tests.backends import BACKENDS, SQL_BACKENDS, Backend
 from tests.faults import history, procs, stores
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
 from tests.faults.jobs import Tagged
 from tests.faults.servers import PrivateRedis
+from tests.support.backends import BACKENDS, SQL_BACKENDS, Backend
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(180)]
 

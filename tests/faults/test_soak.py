@@ -25,13 +25,13 @@ import pytest
 from django.db import connections as db_connections
 
 from kinetis_queue.contracts import Queue
-from tests.backends import Backend
 from tests.faults import history, procs
 from tests.faults.conftest import soak_seconds
 from tests.faults.faultproxy import Blackhole, FaultProxy, Latency, Pass, Reset
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
 from tests.faults.jobs import Tagged
+from tests.support.backends import Backend
 
 pytestmark = [pytest.mark.soak, pytest.mark.trait("stores_jobs"), pytest.mark.timeout(int(soak_seconds()) + 900)]
 

@@ -27,12 +27,12 @@ import pytest
 from kinetis_queue import signals
 from kinetis_queue.contracts import Queue, RenewableQueue
 from kinetis_queue.worker import ExitReason, Worker
-from tests.backends import BACKENDS, Backend
-from tests.conftest import wait_until
 from tests.faults import history, procs, stores
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
 from tests.faults.jobs import ExitsEveryAttempt, FailsFirstAttempt, Spins, Tagged, TaggedFails
+from tests.support.backends import BACKENDS, Backend
+from tests.support.helpers import wait_until
 
 #: The fault tier's backends (RELIABILITY.md §3 notation: Q is PostgreSQL).
 FAULT_BACKENDS = [b for b in BACKENDS if b.id in ("sql-postgres", "redis", "sqs", "rabbitmq")]

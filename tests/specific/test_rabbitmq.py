@@ -28,9 +28,9 @@ from kinetis_queue.exceptions import (
     PublishNotConfirmedError,
     QueueConfigurationError,
 )
-from tests.conftest import wait_until
 from tests.jobs import Noop, Records
 from tests.settings import RABBITMQ_URL
+from tests.support.helpers import wait_until
 
 BROKER = "127.0.0.1:5672"
 

@@ -21,9 +21,9 @@ from kinetis_queue import JobContext, connections
 from kinetis_queue.backends.rabbitmq import RabbitMqQueue
 from kinetis_queue.worker import Worker
 from tests import jobs
-from tests.conftest import wait_until
 from tests.jobs import HangsUntilRerun, Noop
 from tests.settings import RABBITMQ_URL
+from tests.support.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The heartbeat interval of the long-job test, in seconds; the job runs for more than three of them.
@@ -122,7 +122,7 @@ def test_competing_processes_never_reserve_a_job_twice(rabbit: RabbitMqQueue, qu
     """Contract: At-least-once delivery (RabbitMQ reserves what a basic.get finds in one atomic step)."""
     pushed = {rabbit.push(Noop(), queue=queue_name) for _ in range(150)}
     poppers = [
-        subprocess.Popen([sys.executable, "-m", "tests.popper", "rabbitmq", queue_name], env=_env(), cwd=ROOT,
+        subprocess.Popen([sys.executable, "-m", "tests.support.popper", "rabbitmq", queue_name], env=_env(), cwd=ROOT,
                          stdout=subprocess.PIPE, text=True)
         for _ in range(3)
     ]

@@ -35,9 +35,9 @@ from kinetis_queue.exceptions import (
     QueueConfigurationError,
     StaleJobHandleError,
 )
-from tests.conftest import wait_until
 from tests.jobs import Noop, Records
 from tests.settings import REDIS_URL
+from tests.support.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA_DIR = ROOT / "kinetis_queue" / "backends" / "redis"

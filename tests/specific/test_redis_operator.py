@@ -1,6 +1,6 @@
 """Redis on the operator's side: queue_status figures at the edges, queue names by SCAN, the restart marker.
 
-The figures test for every backend is in tests/test_operator_status.py; here is what only Redis
+The figures test for every backend is in tests/operator/test_status.py; here is what only Redis
 has: a due delayed job counted as ready, the SCAN over the key prefix, and the restart generation
 kept on the Redis server, read by a real worker process.
 """
@@ -21,9 +21,9 @@ from kinetis_queue.backends.redis import RedisQueue
 from kinetis_queue.backends.redis.restart import RedisRestartMarker
 from kinetis_queue.restart import DatabaseRestartMarker, marker_for
 from tests import jobs, operator_jobs
-from tests.conftest import wait_until
 from tests.settings import REDIS_PREFIX, REDIS_URL
 from tests.specific.test_worker_limits import Running
+from tests.support.helpers import wait_until
 
 
 @pytest.fixture

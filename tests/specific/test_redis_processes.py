@@ -17,9 +17,9 @@ import redis
 
 from kinetis_queue import connections
 from kinetis_queue.backends.redis import RedisQueue
-from tests.conftest import wait_until
 from tests.jobs import HangsOnFirstAttempt, Noop
 from tests.settings import REDIS_URL
+from tests.support.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CONNECTION = "redis"
@@ -92,7 +92,7 @@ def test_competing_processes_never_reserve_a_job_twice(queue_name: str) -> None:
     pushed = {queue.push(Noop(), queue=queue_name) for _ in range(3000)}
     poppers = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.popper", CONNECTION, queue_name],
+            [sys.executable, "-m", "tests.support.popper", CONNECTION, queue_name],
             env=_env(), cwd=ROOT, stdout=subprocess.PIPE, text=True,
         )
         for _ in range(3)

@@ -24,8 +24,8 @@ import redis
 
 from kinetis_queue.backends.redis import RedisQueue
 from kinetis_queue.exceptions import ConnectionFailedError, OutcomeUnknownError
-from tests.conftest import wait_until
 from tests.jobs import Noop, Records
+from tests.support.helpers import wait_until
 
 #: Short enough that a swallowed reply fails fast, long enough for a loaded machine to answer.
 SOCKET_TIMEOUT = 1.0

@@ -13,9 +13,9 @@ import pytest
 from django.db import connections as db_connections
 
 from kinetis_queue import connections
-from tests.backends import SQL_BACKENDS, Backend
-from tests.conftest import wait_until
 from tests.jobs import HangsOnFirstAttempt, Noop, SignalsWhileRunning
+from tests.support.backends import SQL_BACKENDS, Backend
+from tests.support.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,7 +77,7 @@ def test_competing_processes_never_reserve_a_job_twice(backend: Backend, queue_n
     pushed = {queue.push(Noop(), queue=queue_name) for _ in range(240)}
     poppers = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.popper", backend.connection, queue_name],
+            [sys.executable, "-m", "tests.support.popper", backend.connection, queue_name],
             env=_env(), cwd=ROOT, stdout=subprocess.PIPE, text=True,
         )
         for _ in range(3)

@@ -23,7 +23,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from kinetis_queue import connections, push_on_commit
-from kinetis_queue.backends.sqs import MAX_MESSAGE_BYTES, SqsHandle, SqsQueue, decode_message
+from kinetis_queue.backends.sqs.queue import MAX_MESSAGE_BYTES, SqsHandle, SqsQueue, decode_message
 from kinetis_queue.contracts import ClearableQueue, DisposableQueue, RenewableQueue
 from kinetis_queue.exceptions import (
     InvalidQueueArgumentError,
@@ -36,7 +36,7 @@ from kinetis_queue.exceptions import (
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.jobs import FailsOnce, Records, Sleeps
-from tests.sqs_server import MotoServer, SqsTestQueues
+from tests.support.sqs_server import MotoServer, SqsTestQueues
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from kinetis_queue.backends.sqs import SqsQueue
-from tests.conftest import wait_until
 from tests.jobs import HangsOnFirstAttempt
-from tests.sqs_server import SqsTestQueues
+from tests.support.helpers import wait_until
+from tests.support.sqs_server import SqsTestQueues
 
 ROOT = Path(__file__).resolve().parents[2]
 

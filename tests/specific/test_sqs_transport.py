@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 from kinetis_queue.backends.sqs import SqsQueue
 from kinetis_queue.exceptions import ConnectionFailedError, OutcomeUnknownError
 from tests.jobs import Records
-from tests.sqs_server import MotoServer, SqsTestQueues
+from tests.support.sqs_server import MotoServer, SqsTestQueues
 
 TARGET = re.compile(rb"(?im)^x-amz-target:\s*AmazonSQS\.(\w+)\s*$")
 LENGTH = re.compile(rb"(?im)^content-length:\s*(\d+)\s*$")

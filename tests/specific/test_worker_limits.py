@@ -24,7 +24,7 @@ from django.test import override_settings
 from kinetis_queue import queues
 from kinetis_queue.models import FailedJob
 from tests import jobs, operator_jobs
-from tests.conftest import wait_until
+from tests.support.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The SQL connections alone (the other backends' client libraries need not be installed).

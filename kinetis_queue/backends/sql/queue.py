@@ -11,9 +11,9 @@ from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
 
-from kinetis_queue import tables
 from kinetis_queue.backends.sql.claim import claim
 from kinetis_queue.backends.sql.options import OPTIONS
+from kinetis_queue.backends.sql.tables import explain
 from kinetis_queue.backends.sql.timeouts import DEFAULT_OPERATION_TIMEOUT, bounded, client_options
 from kinetis_queue.conf import ConnectionSettings
 from kinetis_queue.contracts import (
@@ -195,7 +195,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
                 cursor.execute(INSERT, params)
         except DatabaseError as exc:
             # Only after the database refused: no query is added to a successful push.
-            clear = tables.explain(self.database, exc, JOBS_TABLE)
+            clear = explain(self.database, exc, JOBS_TABLE)
             if clear is None:
                 raise
             raise clear from exc

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from kinetis_queue.task_results import prune
+from kinetis_queue.contrib.tasks.results import prune
 
 
 def _hours(value: str) -> float:

@@ -14,7 +14,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
 
-from kinetis_queue.backends.sqs_options import (
+from kinetis_queue.backends.sqs.options import (
     MAX_DELAY,
     MAX_SQS_NAME,
     MAX_VISIBILITY_TIMEOUT,

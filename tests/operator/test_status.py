@@ -17,8 +17,8 @@ from kinetis_queue.contracts import DisposableQueue, Queue
 from kinetis_queue.models import FailedJob, RestartMarker
 from kinetis_queue.restart import DatabaseRestartMarker
 from tests import jobs
-from tests.backends import Backend
-from tests.conftest import BACKEND_SUPPORT
+from tests.support.backends import Backend
+from tests.support.fixtures import BACKEND_SUPPORT
 
 
 def run(*args: str) -> str:
@@ -100,14 +100,14 @@ def test_queue_status_figures_match_the_store(
 @pytest.mark.parametrize("backend_id", ["sql-sqlite", "sql-postgres", "redis"])
 def test_an_expired_reservation_counts_as_ready(backend_id: str, queue_name: str) -> None:
     """SqueHub: an expired lease is counted as ready because the next claim may recover it."""
-    from tests.backends import BACKENDS
+    from tests.support.backends import BACKENDS
 
     name = next(b.connection for b in BACKENDS if b.id == backend_id)
     queue = connections.build(name)  # VISIBILITY_TIMEOUT 1 in the test settings
     try:
         queue.push(jobs.Noop(), queue=queue_name)
         assert queue.pop(5, [queue_name]) is not None
-        from tests.conftest import wait_until
+        from tests.support.helpers import wait_until
 
         stats = wait_until(lambda: (s := queue.stats(queue_name)).ready == 1 and s, timeout=30)
         assert (stats.ready, stats.reserved, stats.waiting) == (1, 0, queue.size(queue_name))
@@ -145,14 +145,14 @@ def test_the_sync_connection_has_nothing_waiting() -> None:
 
 
 def test_a_connection_that_cannot_be_read_is_reported_and_exits_non_zero() -> None:
-    broken = {"BACKEND": "tests.custom_backends.NotClearable"}
+    broken = {"BACKEND": "tests.support.custom_backends.NotClearable"}
     setting = {"DEFAULT_CONNECTION": "sqlite", "CONNECTIONS": {
         "sqlite": {"BACKEND": "sql", "DATABASE": "default"}, "odd": broken}}
     with override_settings(KINETIS_QUEUE=setting), pytest.MonkeyPatch.context() as patch:
         def down(self: object, queue: str) -> int:
             raise ConnectionError("server unreachable")
 
-        patch.setattr("tests.custom_backends.NotClearable._size", down)
+        patch.setattr("tests.support.custom_backends.NotClearable._size", down)
         out, err = io.StringIO(), io.StringIO()
         with pytest.raises(CommandError, match="unavailable for connection"):
             call_command("queue_status", "--queue=default", stdout=out, stderr=err)

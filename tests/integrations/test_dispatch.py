@@ -8,8 +8,8 @@ from django.db import transaction
 from kinetis_queue import push_on_commit, queues
 from kinetis_queue.exceptions import InvalidQueueArgumentError, UnserializableJobError
 from tests import jobs
-from tests.backends import SQL_BACKENDS, Backend
-from tests.test_serializer import Carrier  # takes one argument of any shape
+from tests.core.test_serializer import Carrier  # takes one argument of any shape
+from tests.support.backends import SQL_BACKENDS, Backend
 
 sql = pytest.mark.parametrize("backend", SQL_BACKENDS, ids=lambda b: b.id)
 

@@ -16,7 +16,7 @@ from django.test import override_settings
 from kinetis_queue import queues
 from tests import jobs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str) -> str:
@@ -119,7 +119,7 @@ def test_queue_clear_validates_the_whole_list_before_clearing_any(queue_name: st
 
 
 def test_queue_clear_checks_the_capability_first() -> None:
-    custom: dict[str, Any] = {"BACKEND": "tests.custom_backends.NotClearable"}
+    custom: dict[str, Any] = {"BACKEND": "tests.support.custom_backends.NotClearable"}
     with override_settings(KINETIS_QUEUE={"DEFAULT_CONNECTION": "odd", "CONNECTIONS": {"odd": custom}}):
         # Even with a bad list and no --force, the missing capability is what is reported.
         with pytest.raises(CommandError, match="cannot clear: it is not a ClearableQueue"):

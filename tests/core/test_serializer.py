@@ -840,7 +840,7 @@ def test_plain_values_are_passed_as_stored() -> None:
 @pytest.mark.parametrize(
     "class_path",
     [
-        "tests.test_serializer.GoneJob",
+        "tests.core.test_serializer.GoneJob",
         f"{Carrier.__module__}.NoSuchJob",
         f"{NotAJob.__module__}.NotAJob",
         "django.contrib.contenttypes.models.ContentType",

@@ -35,7 +35,7 @@ class Backend:
     #: seconds, so a pop() can outlast its deadline (and a 1 s visibility timeout) by up to a second.
     pauses_between_sweeps: bool = True
     #: A fixture the `connection` fixture requests before building the queue (to start the backend's
-    #: server, say). Its value's ``prepare(queue)`` runs on the built queue, and tests/conftest.py's
+    #: server, say). Its value's ``prepare(queue)`` runs on the built queue, and tests/support/helpers.py's
     #: ``rewrite_stored_job`` calls its ``rewrite_stored_job(job_id, job_class, args)``.
     setup: str | None = None
 

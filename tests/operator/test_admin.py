@@ -25,7 +25,7 @@ from kinetis_queue.models import FailedJob
 from kinetis_queue.worker import Worker
 from tests import jobs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-TOKEN-admin-value"
 ROLES = ["anonymous", "non_staff", "staff_without_permission", "view_only", "full", "superuser"]
 #: Only SQL and sync connections, so the status page does not reach for servers other tests own.
@@ -387,10 +387,10 @@ def test_the_list_filters_still_filter(secret_record: FailedJob, queue_name: str
 # -- the task's own name ------------------------------------------------------------------------------
 
 CARRIERS = [
-    pytest.param("kinetis_queue.receivers", "QueuedReceiverJob",
+    pytest.param("kinetis_queue.contrib.receivers", "QueuedReceiverJob",
                  {"receiver": "myapp.receivers.on_invoice_paid", "sender": None, "kwargs": {"secret": SECRET}},
                  "myapp.receivers.on_invoice_paid", id="queued-receiver"),
-    pytest.param("kinetis_queue.tasks", "RunTask",
+    pytest.param("kinetis_queue.contrib.tasks.backend", "RunTask",
                  {"task_path": "myapp.tasks.send_invoice", "args": [SECRET], "kwargs": {}, "result_id": "r1",
                   "backend": "default"},
                  "myapp.tasks.send_invoice", id="django-task"),
@@ -400,7 +400,7 @@ CARRIERS = [
 @pytest.mark.parametrize(("module", "carrier", "args", "name"), CARRIERS)
 def test_list_and_detail_name_the_task_not_its_carrier(module: str, carrier: str, args: dict[str, Any], name: str,
                                                        queue_name: str) -> None:
-    pytest.importorskip(module)  # registers the carrier class (kinetis_queue.tasks needs a django.tasks API)
+    pytest.importorskip(module)  # registers the carrier class (the django.tasks backend needs a django.tasks API)
     record = FailedJob.objects.create(
         queue=queue_name, job_id=uuid.uuid4().hex, job_class=f"{module}.{carrier}", args=json.dumps(args),
         attempts=1, exception_class="builtins.RuntimeError", exception_message="boom",
@@ -571,7 +571,7 @@ from django.contrib import admin
 from kinetis_queue.models import FailedJob
 column = admin.site._registry[FailedJob].job
 args = {"task_path": "myapp.tasks.send_invoice", "args": [], "kwargs": {}, "result_id": "r1", "backend": "default"}
-print(column(FailedJob(job_class="kinetis_queue.tasks.RunTask", args=json.dumps(args))))
+print(column(FailedJob(job_class="kinetis_queue.contrib.tasks.backend.RunTask", args=json.dumps(args))))
 """
 
 

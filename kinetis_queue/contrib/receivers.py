@@ -31,7 +31,7 @@ from typing import Annotated, Any, TypeVar
 
 from django.dispatch import Signal
 
-from kinetis_queue.exceptions import UnserializableJobError
+from kinetis_queue.exceptions import JobReconstructionError, UnserializableJobError
 from kinetis_queue.job import Job, Sensitive
 from kinetis_queue.serializer import serialize_job
 from kinetis_queue.validation import validate_delay, validate_max_attempts, validate_queue_name
@@ -61,10 +61,17 @@ class QueuedReceiverJob(Job):
 
 
 def resolve_receiver(path: str) -> Callable[..., Any]:
-    """The queued receiver registered as ``path`` in this process; imports nothing (registry.py)."""
+    """The function registered by ``@queued_receiver`` as ``path``; raises JobReconstructionError saying
+    why it is not (registry.py). Imports nothing."""
     from kinetis_queue import registry
 
-    return registry.resolve_receiver(path)
+    function = _RECEIVERS.get(path)
+    if function is not None:
+        return function
+    raise JobReconstructionError(
+        f"queued receiver {path!r} cannot be resolved: "
+        f"{registry.why_unresolved(path, 'a function registered by @queued_receiver')}"
+    )
 
 
 class _SignalArgument(Job):

@@ -24,7 +24,7 @@ from django.urls import reverse
 
 from kinetis_queue import queues
 from kinetis_queue.models import FailedJob
-from tests.test_admin import SECRET, STATUS_SETTINGS
+from tests.operator.test_admin import SECRET, STATUS_SETTINGS
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in the dev extra: pip install -e '.[dev]'")
 from selenium.common.exceptions import NoSuchElementException  # noqa: E402
@@ -35,7 +35,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "reports" / "browser"
+SCREENSHOTS = Path(__file__).resolve().parents[3] / "reports" / "browser"
 WIDTH, HEIGHT = 1280, 900
 #: Names as long as real projects have them: the list must still show the failure time.
 LONG_TASK = "acme_billing.tasks.invoicing.reconcile_outstanding_customer_invoices_for_accounting_period"
@@ -175,10 +175,10 @@ def test_each_page_for_each_user(role: str, browser: Any, live_url: str, queue_n
 
 def test_the_list_fits_1280_pixels_with_the_failure_time_in_view(browser: Any, live_url: str,
                                                                   queue_name: str) -> None:
-    import kinetis_queue.receivers  # noqa: F401  (registers the carrier, so the list names the receiver)
+    import kinetis_queue.contrib.receivers  # noqa: F401  (registers the carrier, so the list names the receiver)
 
     for _ in range(3):
-        _record(queue_name, job_class="kinetis_queue.receivers.QueuedReceiverJob",
+        _record(queue_name, job_class="kinetis_queue.contrib.receivers.QueuedReceiverJob",
                 args=json.dumps({"receiver": LONG_TASK, "sender": None, "kwargs": {"token": SECRET}}),
                 exception_class=LONG_EXCEPTION, connection="a-rather-long-connection-name")
     session = Session(browser, live_url, "superuser")

@@ -15,7 +15,7 @@ from django.test import override_settings
 
 from kinetis_queue import conf
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 #: The checks of kinetis_queue/checks.py (the django.tasks backend has its own, E1xx).

@@ -1,4 +1,4 @@
-"""kinetis_queue.tasks: Django's own @task API run by the kinetis worker (issue 8)."""
+"""The django.tasks backend (kinetis_queue.contrib.tasks): Django's @task API run by the kinetis worker (issue 8)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,8 @@ from django.utils.crypto import get_random_string
 
 from kinetis_queue import queues
 from kinetis_queue.contracts import Queue
-from kinetis_queue.models import FailedJob, TaskResultRecord
-from kinetis_queue.tasks import WORKER_ID, KinetisTaskBackend, RunTask, _fenced_update
-from kinetis_queue.tasks_compat import (
+from kinetis_queue.contrib.tasks.backend import WORKER_ID, KinetisTaskBackend, RunTask, _fenced_update
+from kinetis_queue.contrib.tasks.compat import (
     InvalidTask,
     TaskResultDoesNotExist,
     TaskResultStatus,
@@ -33,12 +32,13 @@ from kinetis_queue.tasks_compat import (
     task_finished,
     task_started,
 )
+from kinetis_queue.models import FailedJob, TaskResultRecord
 from kinetis_queue.worker import JobOutcome, JobReport, Worker
 from tests import task_defs
-from tests.backends import Backend
-from tests.conftest import wait_until
+from tests.support.backends import Backend
+from tests.support.helpers import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ def test_a_failing_task_is_retried_then_failed_with_one_error_per_attempt(tq: st
     assert "task failed on purpose" in result.errors[-1].traceback
     assert result.finished_at is not None
     assert len(result.worker_ids) == 2
-    assert FailedJob.objects.filter(queue=tq, job_class="kinetis_queue.tasks.RunTask").count() == 1
+    assert FailedJob.objects.filter(queue=tq, job_class="kinetis_queue.contrib.tasks.backend.RunTask").count() == 1
     assert events[-1] == ("finished", "FAILED")
 
 
@@ -181,11 +181,11 @@ def not_discovered() -> None:
 
 def test_enqueue_accepts_only_a_task_a_worker_will_have_imported() -> None:
     """Issue 12 item 7: a task's module must be one discovery imports, else no worker could resolve it."""
-    from kinetis_queue.tasks_compat import task
+    from kinetis_queue.contrib.tasks.compat import task
 
     with pytest.raises(InvalidTask, match="KINETIS_QUEUE\\['IMPORTS'\\]") as raised:
         task(not_discovered)
-    assert "'tests.test_tasks.not_discovered'" in str(raised.value)
+    assert "'tests.integrations.test_tasks.not_discovered'" in str(raised.value)
     assert task_defs.add.module_path == "tests.task_defs.add"  # listed in IMPORTS (tests/settings.py): accepted
 
 
@@ -396,7 +396,7 @@ def test_a_result_row_that_never_appears_fails_the_delivery_with_the_reason(
         worker.close()
     assert [r.outcome for r in reports] == [JobOutcome.SNOOZED, JobOutcome.FAILED]
     record = FailedJob.objects.get(job_id=job_id)
-    assert record.exception_class == "kinetis_queue.tasks.ResultRowMissingError"
+    assert record.exception_class == "kinetis_queue.contrib.tasks.backend.ResultRowMissingError"
     assert f"the task result row {result_id} never became visible" in record.exception_message
     assert "the enqueueing transaction rolled back or the row was deleted" in record.exception_message
     assert task_defs.SEEN == []

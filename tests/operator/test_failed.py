@@ -20,7 +20,7 @@ from kinetis_queue.models import FailedJob
 from kinetis_queue.worker import Worker
 from tests import jobs, operator_jobs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-TOKEN-operator"
 
 

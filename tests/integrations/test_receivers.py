@@ -13,9 +13,9 @@ from django.db import transaction
 from django.dispatch import Signal
 
 from kinetis_queue import queues
+from kinetis_queue.contrib.receivers import queued_receiver
 from kinetis_queue.exceptions import InvalidQueueArgumentError, JobReconstructionError, UnserializableJobError
 from kinetis_queue.models import FailedJob
-from kinetis_queue.receivers import queued_receiver
 from kinetis_queue.redaction import shown_args
 from kinetis_queue.worker import Worker
 from tests import operator_receivers as r
@@ -52,10 +52,10 @@ def test_a_send_pushes_a_job_and_the_worker_calls_the_receiver() -> None:
     with db_connections["default"].cursor() as cursor:
         cursor.execute("SELECT job_id, job_class, args FROM kinetis_queue_jobs WHERE queue = %s", [r.QUEUE])
         [(stored_id, job_class, args)] = cursor.fetchall()
-    assert (stored_id, job_class) == (job_id, "kinetis_queue.receivers.QueuedReceiverJob")
+    assert (stored_id, job_class) == (job_id, "kinetis_queue.contrib.receivers.QueuedReceiverJob")
     assert json.loads(args)["receiver"] == "tests.operator_receivers.send_receipt"
     work(r.QUEUE)
-    assert r.CALLS == [("send_receipt", "tests.test_operator_receivers.Shop",
+    assert r.CALLS == [("send_receipt", "tests.integrations.test_receivers.Shop",
                         {"order_id": 42, "lines": [{"sku": "A-1", "qty": 2}], "note": None})]
     assert queues["sqlite"].size(r.QUEUE) == 0
 
@@ -117,7 +117,7 @@ def test_on_commit_pushes_only_when_the_transaction_commits() -> None:
         assert queues["sqlite"].size(r.COMMIT_QUEUE) == 0
     assert queues["sqlite"].size(r.COMMIT_QUEUE) == 1
     work(r.COMMIT_QUEUE)
-    assert r.CALLS == [("release_stock", "tests.test_operator_receivers.Shop", {"order_id": 8})]
+    assert r.CALLS == [("release_stock", "tests.integrations.test_receivers.Shop", {"order_id": 8})]
 
 
 def test_the_decorator_validates_its_options_and_wants_a_module_level_function() -> None:

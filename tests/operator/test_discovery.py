@@ -23,7 +23,7 @@ from kinetis_queue.models import FailedJob
 from tests import jobs
 from tests.settings import KINETIS_QUEUE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: What the ImportError raised inside tests/broken_app/jobs.py says (the file's path follows).
 BROKEN = (
     "module 'tests.broken_app.jobs' failed to import: ImportError: cannot import name 'NoSuchName' from 'tests.jobs'"

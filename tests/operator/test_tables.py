@@ -21,7 +21,7 @@ from kinetis_queue import connections
 from kinetis_queue.exceptions import QueueTablesMissingError
 from tests import jobs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MISSING = "the kinetis_queue tables are missing in database 'default'"
 
 

@@ -102,7 +102,7 @@ def test_a_dotted_path_backend_must_be_a_queue() -> None:
 def test_clearable_returns_a_clearable_queue_or_names_the_backend() -> None:
     assert isinstance(queues.clearable("sqlite"), SqlQueue)
 
-    custom = {"BACKEND": "tests.custom_backends.NotClearable"}
+    custom = {"BACKEND": "tests.support.custom_backends.NotClearable"}
     with override_settings(KINETIS_QUEUE=setting(odd=custom)):
         with pytest.raises(QueueNotClearableError, match="'odd' uses the notclearable backend"):
             queues.clearable()
@@ -114,29 +114,30 @@ def test_clearable_returns_a_clearable_queue_or_names_the_backend() -> None:
         ({"COLOUR": "green"}, "KINETIS_QUEUE['CONNECTIONS']['own']['COLOUR'] must be 'red' or 'blue'"),
         ({"LIMIT": 11}, "KINETIS_QUEUE['CONNECTIONS']['own']['LIMIT'] must be at least 1 and at most 10"),
         ({"SHADE": 1}, "KINETIS_QUEUE['CONNECTIONS']['own']['SHADE'] is not a setting of the "
-                       "tests.custom_backends.WithOptions backend (known: BACKEND, COLOUR, LIMIT, MAX_ATTEMPTS, "
-                       "POLL_TIMEOUT, RETRY_BASE_DELAY, TIMEOUT, VISIBILITY_TIMEOUT)"),
+                       "tests.support.custom_backends.WithOptions backend (known: BACKEND, COLOUR, LIMIT, "
+                       "MAX_ATTEMPTS, POLL_TIMEOUT, RETRY_BASE_DELAY, TIMEOUT, VISIBILITY_TIMEOUT)"),
         ({"VISIBILITY_TIMEOUT": 601}, "KINETIS_QUEUE['CONNECTIONS']['own']['VISIBILITY_TIMEOUT'] must be at least 1 "
                                       "and at most 600"),
     ],
 )
 def test_a_custom_backend_with_a_settings_schema_has_its_keys_checked(entry: dict[str, Any], message: str) -> None:
     """The custom-backend contract: a Queue class's settings_schema is applied as a built-in backend's is."""
-    with override_settings(KINETIS_QUEUE=setting(own={"BACKEND": "tests.custom_backends.WithOptions", **entry})):
+    own = {"BACKEND": "tests.support.custom_backends.WithOptions", **entry}
+    with override_settings(KINETIS_QUEUE=setting(own=own)):
         with pytest.raises(QueueConfigurationError) as raised:
             conf.load()
     assert str(raised.value) == message
 
 
 def test_a_custom_backend_gets_its_options_with_defaults_filled_in() -> None:
-    custom = {"BACKEND": "tests.custom_backends.WithOptions", "LIMIT": 3}
+    custom = {"BACKEND": "tests.support.custom_backends.WithOptions", "LIMIT": 3}
     with override_settings(KINETIS_QUEUE={**setting(own=custom), "VISIBILITY_TIMEOUT": 900}):
         with pytest.raises(QueueConfigurationError, match=r"\['VISIBILITY_TIMEOUT'\] must be at most 600 for the "
-                                                          r"tests\.custom_backends\.WithOptions backend"):
+                                                          r"tests\.support\.custom_backends\.WithOptions backend"):
             conf.load()
     with override_settings(KINETIS_QUEUE=setting(own=custom)):
         assert conf.connection_settings("own").options == {"COLOUR": "blue", "LIMIT": 3}
-    schemaless = {"BACKEND": "tests.custom_backends.NotClearable", "ANYTHING": [1]}
+    schemaless = {"BACKEND": "tests.support.custom_backends.NotClearable", "ANYTHING": [1]}
     with override_settings(KINETIS_QUEUE=setting(own=schemaless)):
         assert conf.connection_settings("own").options == schemaless  # no schema: the entry as written
 
@@ -169,7 +170,7 @@ CORE_ONLY = textwrap.dedent("""
 def test_settings_are_checked_without_any_client_library() -> None:
     """A core-only install still checks every backend's keys, naming them, and reports each missing library
     as E002: a backend's settings schema lives in a module that imports no client library."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "KINETIS_TESTS_SUBPROCESS": "1", "PYTHONPATH": str(root),
            "DJANGO_SETTINGS_MODULE": "tests.settings"}
     result = subprocess.run([sys.executable, "-c", CORE_ONLY], env=env, cwd=root, capture_output=True, text=True,

@@ -23,7 +23,7 @@ from kinetis_queue.models import FailedJob
 from kinetis_queue.worker import Worker
 from tests import operator_jobs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "pa55-SECRET-d3adb33f"
 
 

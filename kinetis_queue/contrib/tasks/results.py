@@ -1,6 +1,7 @@
-"""The result store behind ``kinetis_queue.tasks``: one row per enqueued django.tasks task.
+"""The result store behind the django.tasks backend: one row per enqueued django.tasks task.
 
-Kept apart from ``tasks.py`` so the model never imports ``django.tasks`` (absent on Django 5.2).
+A model of the kinetis_queue app (``kinetis_queue.models`` imports it; migration 0002). Kept apart
+from ``backend.py`` so the model never imports ``django.tasks`` (absent on Django 5.2).
 Every write made by a run is fenced by that run's job id and delivery attempt: a run whose lease was
 reclaimed (a lower attempt than the row's) can neither overwrite nor append to the result of the run
 that replaced it (issue 8, "Writes are fenced by the delivery"); a retry (a new job id) takes over.

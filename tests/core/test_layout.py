@@ -1,0 +1,249 @@
+"""The import arrows of issue 13: Django glue and contrib -> worker -> contract <- backends.
+
+Every module of kinetis_queue is parsed with ``ast`` (nothing is imported) and each ``import`` in it,
+at module level or inside a function (a lazy import is still an arrow), is checked against the map
+below. An import under ``if TYPE_CHECKING:`` is an arrow too, with one allowance: the contract's
+display functions may name the model they take (``kinetis_queue.models``) for type checking only.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import kinetis_queue
+
+PACKAGE = Path(kinetis_queue.__file__).resolve().parent
+
+#: The contract: what every backend and the worker build on. Each names no module outside this set.
+CONTRACT = {
+    "kinetis_queue.contracts": "the Queue template: the shared rules run once before each backend's primitive",
+    "kinetis_queue.job": "Job, JobContext, Sensitive: what a job is and how handle() is called",
+    "kinetis_queue.envelope": "the stored wire format and its strict decoder",
+    "kinetis_queue.serializer": "the argument contract: job arguments to JSON and back",
+    "kinetis_queue.validation": "queue names, limits and the ceilings defined once",
+    "kinetis_queue.exceptions": "the errors the contract names",
+    "kinetis_queue.schema": "how a backend declares its option schema",
+    "kinetis_queue.conf": "the connection settings every backend is built from",
+    "kinetis_queue.registry": "what a payload may name (DESIGN.md §2), checked by push",
+    "kinetis_queue.redaction": "what Sensitive hides, wherever a job is shown",
+    "kinetis_queue.signals": "the outcome signals the contract's observers receive",
+    "kinetis_queue.crashpoints": "the named points where a fault test crashes a backend or the worker",
+}
+
+#: Type-only imports a contract module may make (the records its display functions take).
+CONTRACT_TYPE_ONLY = {"kinetis_queue.models"}
+
+#: The worker: one delivery's lifecycle and what it writes. It knows the contract and the models
+#: it records into, never the Django glue above it, contrib, or a particular backend.
+WORKER = {
+    "kinetis_queue.worker": "the delivery lifecycle",
+    "kinetis_queue.settlement": "the one transition per delivery",
+    "kinetis_queue.heartbeat": "reservation renewal",
+    "kinetis_queue.hygiene": "Django connection hygiene around each job",
+    "kinetis_queue.job_timeout": "the hard limit on one attempt",
+    "kinetis_queue.run_limits": "when Worker.run() stops on its own",
+    "kinetis_queue.outcomes": "what a worker reports",
+    "kinetis_queue.worker_log": "how log lines name a job",
+    "kinetis_queue.failed": "the failed-job record written before fail()",
+    "kinetis_queue.restart": "the restart marker a worker watches",
+    "kinetis_queue.supervisor": "queue_work --processes N",
+}
+
+#: What sits above the worker (Django glue, contrib) or beside the contract (backends).
+ABOVE_THE_WORKER = (
+    "kinetis_queue.admin",
+    "kinetis_queue.apps",
+    "kinetis_queue.backends",
+    "kinetis_queue.checks",
+    "kinetis_queue.contrib",
+    "kinetis_queue.management",
+    "kinetis_queue.status",
+    "kinetis_queue.tasks",
+)
+
+#: Core modules that may import kinetis_queue.contrib, each for a place Django looks for it.
+CONTRIB_ENTRY_POINTS = {
+    "kinetis_queue.tasks": "the path Django's TASKS setting names (re-exports KinetisTaskBackend)",
+    "kinetis_queue.apps": "ready() registers contrib's carrier jobs before any message arrives",
+    "kinetis_queue.models": "TaskResultRecord is a model of the kinetis_queue app (migration 0002)",
+    "kinetis_queue.management.commands.queue_prune_task_results": "Django finds commands only in the app",
+}
+
+#: Django's ORM: no contract module imports it (the models, the SQL backend and the glue above the
+#: contract do).
+ORM = "django.db"
+
+
+@dataclass(frozen=True)
+class Arrow:
+    """One import: from module ``source`` to module ``target``; ``type_only`` under TYPE_CHECKING."""
+
+    source: str
+    target: str
+    type_only: bool
+
+    def __str__(self) -> str:
+        return f"{self.source} -> {self.target}{' (type only)' if self.type_only else ''}"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _targets(node: ast.Import | ast.ImportFrom, source: str, is_package: bool) -> Iterator[str]:
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+        return
+    base = node.module or ""
+    if node.level:  # a relative import, resolved against the importing module's package
+        package = source.split(".") if is_package else source.split(".")[:-1]
+        package = package[: len(package) - node.level + 1]
+        base = ".".join([*package, base] if base else package)
+    for alias in node.names:
+        # `from kinetis_queue import conf` imports the module kinetis_queue.conf.
+        submodule = PACKAGE.parent.joinpath(*f"{base}.{alias.name}".split("."))
+        yield f"{base}.{alias.name}" if submodule.with_suffix(".py").exists() or submodule.is_dir() else base
+
+
+def _is_import_module(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute | ast.Name)
+        and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) == "import_module"
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    )
+
+
+def arrows(path: Path) -> list[Arrow]:
+    """Every import in the module at ``path``."""
+    source = module_name(path)
+    found: list[Arrow] = []
+
+    def visit(node: ast.AST, type_only: bool) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body:
+                visit(child, True)
+            for child in node.orelse:
+                visit(child, type_only)
+            return
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.extend(Arrow(source, t, type_only) for t in _targets(node, source, path.name == "__init__.py"))
+        if _is_import_module(node):  # importlib.import_module("a.literal.name")
+            found.append(Arrow(source, node.args[0].value, type_only))  # type: ignore[attr-defined]
+        for child in ast.iter_child_nodes(node):
+            visit(child, type_only)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)), False)
+    return found
+
+
+def all_arrows() -> list[Arrow]:
+    return [arrow for path in sorted(PACKAGE.rglob("*.py")) if "migrations" not in path.parts for arrow in arrows(path)]
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def backend_of(module: str) -> str | None:
+    """The backend a module belongs to: the package or module right under kinetis_queue.backends."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["kinetis_queue", "backends"] else None
+
+
+ARROWS = all_arrows()
+
+
+def test_the_map_names_existing_modules() -> None:
+    """A renamed module must not leave the map silently checking nothing."""
+    modules = {module_name(path) for path in PACKAGE.rglob("*.py")}
+    assert set(CONTRACT) | set(WORKER) | set(CONTRIB_ENTRY_POINTS) <= modules
+    assert {arrow.source for arrow in ARROWS} >= set(CONTRACT)
+
+
+def test_no_backend_imports_another() -> None:
+    crossing = [
+        str(a)
+        for a in ARROWS
+        if backend_of(a.source) and backend_of(a.target) and backend_of(a.source) != backend_of(a.target)
+    ]
+    assert crossing == []
+
+
+def test_backends_import_only_the_contract_and_themselves() -> None:
+    """contract <- backends: a backend knows the contract and its own package, nothing above them."""
+    upward = [
+        str(a)
+        for a in ARROWS
+        if backend_of(a.source)
+        and within(a.target, "kinetis_queue")
+        and not (a.target in CONTRACT or backend_of(a.target) == backend_of(a.source))
+    ]
+    assert upward == []
+
+
+@pytest.mark.parametrize("module", sorted(CONTRACT))
+def test_the_contract_imports_only_the_contract(module: str) -> None:
+    """worker -> contract <- backends: nothing of the worker, settlement, admin, commands, contrib or
+    backends (nor any other module above the contract) is imported by a contract module."""
+    outside = [
+        str(a)
+        for a in ARROWS
+        if a.source == module
+        and within(a.target, "kinetis_queue")
+        and a.target != "kinetis_queue"
+        and a.target not in CONTRACT
+        and not (a.type_only and a.target in CONTRACT_TYPE_ONLY)
+    ]
+    assert outside == []
+
+
+@pytest.mark.parametrize("module", sorted(CONTRACT))
+def test_the_contract_never_imports_the_orm(module: str) -> None:
+    """Only the models and the SQL backend (and the Django glue above the contract) talk to django.db."""
+    assert [str(a) for a in ARROWS if a.source == module and within(a.target, ORM)] == []
+
+
+@pytest.mark.parametrize("module", sorted(WORKER))
+def test_the_worker_imports_nothing_above_it(module: str) -> None:
+    """Django glue and contrib -> worker: the worker never imports them, nor a particular backend."""
+    upward = [str(a) for a in ARROWS if a.source == module and any(within(a.target, p) for p in ABOVE_THE_WORKER)]
+    assert upward == []
+
+
+def test_contrib_is_imported_only_through_its_entry_points() -> None:
+    """The core does not depend on contrib/ except where Django looks for an integration."""
+    inward = [
+        str(a)
+        for a in ARROWS
+        if within(a.target, "kinetis_queue.contrib")
+        and not within(a.source, "kinetis_queue.contrib")
+        and a.source not in CONTRIB_ENTRY_POINTS
+    ]
+    assert inward == []
+
+
+def test_the_arrows_are_read() -> None:
+    """The parser sees the imports the rules are about (else every rule above would pass vacuously)."""
+    shown = {str(a) for a in ARROWS}
+    assert "kinetis_queue.backends.sync -> kinetis_queue.contracts" in shown
+    assert "kinetis_queue.tasks -> kinetis_queue.contrib.tasks.backend" in shown
+    assert "kinetis_queue.redaction -> kinetis_queue.models (type only)" in shown
+    assert "kinetis_queue.backends.sql.queue -> django.db" in shown
+    assert "kinetis_queue.apps -> kinetis_queue.contrib.tasks.backend" in shown  # by importlib.import_module

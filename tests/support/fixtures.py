@@ -1,0 +1,156 @@
+"""The fixtures every test folder uses (tests/conftest.py imports them so pytest finds them).
+
+``connection`` is parametrized over every backend row of tests/support/backends.py; ``backend`` is its
+row; each backend's setup fixture (``sqs_queues``, ``rabbitmq_queues``) reaches around its queue.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from kinetis_queue import connections as queue_connections
+from kinetis_queue.contracts import DisposableQueue, Queue
+from tests.support.backends import BACKENDS, Backend
+
+
+@pytest.fixture
+def queue_name() -> str:
+    """A queue name no other test uses."""
+    return "q" + uuid.uuid4().hex[:20]
+
+
+@pytest.fixture(params=BACKENDS, ids=lambda b: b.id)
+def connection(request: pytest.FixtureRequest) -> Iterator[Queue]:
+    """A queue built from a real KINETIS_QUEUE entry, one per backend; skips state the spec trait."""
+    backend: Backend = request.param
+    for marker in request.node.iter_markers("trait"):
+        missing = [name for name in marker.args if not getattr(backend, name)]
+        if missing:
+            pytest.skip(f"{backend.id}: spec says no {', '.join(missing)}")
+    support = request.getfixturevalue(backend.setup) if backend.setup is not None else None
+    queue = queue_connections.build(backend.connection)
+    try:
+        for marker in request.node.iter_markers("requires"):
+            for capability in marker.args:
+                if not isinstance(queue, capability):
+                    pytest.skip(f"{backend.id} is not a {capability.__name__}")
+        if support is not None:
+            support.prepare(queue)
+            BACKEND_SUPPORT[backend.id] = support
+        yield queue
+    finally:
+        BACKEND_SUPPORT.pop(backend.id, None)
+        if isinstance(queue, DisposableQueue):
+            queue.dispose()
+
+
+#: The running test's Backend.setup fixture value, by backend id (see rewrite_stored_job).
+BACKEND_SUPPORT: dict[str, Any] = {}
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """moto's SQS server, once per session, on a free loopback port (tests/support/sqs_server.py).
+
+    Dummy credentials and missing AWS config files keep any developer's AWS setup out; the endpoint
+    reaches this process through the sqs connection's settings and worker subprocesses through
+    KINETIS_TESTS_SQS_ENDPOINT (tests/settings.py).
+    """
+    from django.test import override_settings
+
+    from tests.support.sqs_server import CLEARED_VARIABLES, ENDPOINT_VARIABLE, MotoServer, environment
+
+    with pytest.MonkeyPatch.context() as env:
+        for name in CLEARED_VARIABLES:
+            env.delenv(name, raising=False)
+        for name, value in environment(tmp_path_factory.mktemp("aws")).items():
+            env.setenv(name, value)
+        with MotoServer.running() as server:
+            env.setenv(ENDPOINT_VARIABLE, server.endpoint)
+            setting = settings.KINETIS_QUEUE
+            sqs = {**setting["CONNECTIONS"]["sqs"], "ENDPOINT_URL": server.endpoint}
+            with override_settings(KINETIS_QUEUE={**setting, "CONNECTIONS": {**setting["CONNECTIONS"], "sqs": sqs}}):
+                yield server
+
+
+@pytest.fixture
+def sqs_queues(moto_server: Any, queue_name: str) -> Any:
+    """The sqs backend's setup: creates, on moto's server, each queue this test names after queue_name."""
+    from tests.support.sqs_server import SqsTestQueues
+
+    return SqsTestQueues(moto_server, queue_name)
+
+
+@pytest.fixture
+def rabbitmq_queues() -> Iterator[Any]:
+    """The rabbitmq backend's setup: afterwards, deletes every queue the test's queue declared, with its
+    delay ladder (22 queues and exchanges per queue), so the shared broker accumulates nothing."""
+    support = RabbitMqTestQueues()
+    yield support
+    support.delete_all()
+
+
+class RabbitMqTestQueues:
+    """What the conformance suite needs to reach around a RabbitMqQueue (tests only)."""
+
+    def __init__(self) -> None:
+        self.queues: list[Any] = []
+
+    def prepare(self, queue: Any) -> None:
+        self.queues.append(queue)
+
+    def rewrite_stored_job(self, job_id: str, job_class: str, args: dict[str, Any]) -> None:
+        """AMQP cannot edit a queued message: take it, push the rewritten copy, ack the original."""
+        from dataclasses import replace
+
+        from kinetis_queue.contracts import PreparedPush
+        from kinetis_queue.envelope import new_envelope
+
+        for queue in self.queues:
+            for name in sorted(queue.declared):
+                job = queue.pop(0.01, [name])
+                if job is None:
+                    continue
+                assert job.id == job_id, f"expected job {job_id} first on {name}, found {job.id}"
+                envelope = new_envelope(job_class, args, job.max_attempts, job.metadata)
+                queue.send(PreparedPush(replace(envelope, id=job.id, pushed_at=job.pushed_at.timestamp()), 0, name))
+                queue.ack(job)
+                return
+        raise AssertionError(f"job {job_id} is not waiting on any queue the test declared")
+
+    def delete_all(self) -> None:
+        for queue in self.queues:
+            for name in queue.declared:
+                queue.delete(name)
+            queue.dispose()
+
+
+@pytest.fixture
+def backend(connection: Queue, request: pytest.FixtureRequest) -> Backend:
+    """The Backend row of the current `connection` parameter."""
+    return request.node.callspec.params["connection"]  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def outcomes() -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """Every outcome signal sent during the test, as (signal name, kwargs)."""
+    from kinetis_queue import signals
+
+    seen: list[tuple[str, dict[str, Any]]] = []
+    receivers = []
+    for name in ("job_succeeded", "job_released", "job_failed_permanently", "job_settlement_lost"):
+
+        def receiver(sender: Any, _name: str = name, **kwargs: Any) -> None:
+            kwargs.pop("signal", None)
+            seen.append((_name, kwargs))
+
+        getattr(signals, name).connect(receiver, weak=False)
+        receivers.append((name, receiver))
+    yield seen
+    for name, receiver in receivers:
+        getattr(signals, name).disconnect(receiver)

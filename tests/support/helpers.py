@@ -1,0 +1,87 @@
+"""Helpers the tests share: waiting for a condition, and reaching into a backend's stored jobs."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections as db_connections
+
+from tests.support.backends import Backend
+from tests.support.fixtures import BACKEND_SUPPORT
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def steal_reservation(backend: Backend, job_id: str) -> None:
+    """Make the current delivery of ``job_id`` stale, as a reclaim by another worker would."""
+    if backend.database is not None:
+        with db_connections[backend.database].cursor() as cursor:
+            cursor.execute("UPDATE kinetis_queue_jobs SET reserved_token = %s WHERE job_id = %s", ["f" * 32, job_id])
+        return
+    if backend.id == "redis":
+        # A reclaim swaps the leased envelope for one with attempts + 1: the old handle matches nothing.
+        key, member = find_redis_member(backend, job_id, "leased")
+        stolen = json.loads(member)
+        stolen["attempts"] += 1
+        with redis_client(backend) as client:
+            client.zadd(key, {json.dumps(stolen, separators=(",", ":")): float(client.zscore(key, member) or 0)})
+            client.zrem(key, member)
+        return
+    if backend.id == "sqs":
+        # Spec, "Fenced settlements": SQS has no fence, so nothing could observe the steal, and the tests
+        # that steal are trait("fenced"). A steal is not even possible from here: it needs the current
+        # ReceiptHandle, which only the worker holds, while the worker's heartbeat keeps the message hidden.
+        raise NotImplementedError("sqs is unfenced (spec: Fenced settlements); no test steals a reservation there")
+    if backend.id == "rabbitmq":
+        # Spec, "Fenced settlements": none on RabbitMQ (a delivery tag is scoped to its channel), so the tests
+        # that steal are trait("fenced"). Its one way to lose a delivery, a dropped connection, is covered in
+        # tests/specific/test_rabbitmq.py.
+        raise NotImplementedError("rabbitmq is unfenced (spec: Fenced settlements); no test steals a reservation")
+    raise NotImplementedError(f"tests/support/helpers.py: add how to steal a reservation on {backend.id}")
+
+
+def rewrite_stored_job(backend: Backend, job_id: str, job_class: str, args: dict[str, Any]) -> None:
+    """Replace a waiting job's stored class and args through its backend's setup fixture (Backend.setup)."""
+    support = BACKEND_SUPPORT.get(backend.id)
+    if support is None:
+        raise NotImplementedError(f"tests/support/helpers.py: add how to rewrite a stored job on {backend.id}")
+    support.rewrite_stored_job(job_id, job_class, args)
+
+
+def redis_client(backend: Backend) -> Any:
+    """A plain redis-py client on the Redis server of ``backend``'s connection (tests only)."""
+    import redis
+
+    from kinetis_queue import conf
+
+    return redis.Redis.from_url(conf.connection_settings(backend.connection).options["URL"])
+
+
+def find_redis_member(backend: Backend, job_id: str, kind: str) -> tuple[str, bytes]:
+    """The ``pending`` or ``leased`` key and stored envelope of ``job_id`` on the redis test connection.
+
+    Scans the connection's key prefix (a test may use SCAN; the backend never lists keys).
+    """
+    from kinetis_queue import conf
+
+    prefix = conf.connection_settings(backend.connection).options["PREFIX"]
+    with redis_client(backend) as client:
+        for key in client.scan_iter(match=f"{prefix}kinetis_queue:*:{kind}", count=1000):
+            members = client.lrange(key, 0, -1) if kind == "pending" else client.zrange(key, 0, -1)
+            for member in members:
+                if f'"id":"{job_id}"'.encode() in member:
+                    return key.decode(), member
+    raise AssertionError(f"job {job_id} is not in any {kind} key under {prefix!r}")
