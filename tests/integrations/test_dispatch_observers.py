@@ -9,7 +9,7 @@ from django.test import override_settings
 
 from kinetis_queue import push_on_commit, queues, signals
 from tests import jobs
-from tests.test_dispatch import DEAD_STORE
+from tests.integrations.test_dispatch import DEAD_STORE
 
 
 def test_a_raising_failure_receiver_stops_nothing(queue_name: str, caplog: pytest.LogCaptureFixture) -> None:

@@ -7,7 +7,7 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from kinetis_queue.models import FailedJob
-from tests.test_admin import client_for
+from tests.operator.test_admin import client_for
 
 GONE = 2_000_000_000
 
