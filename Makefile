@@ -113,6 +113,7 @@ services:
 
 lint: venv
 	"$(VENV)/bin/ruff" check --extend-exclude "$(VENV),$(VENV52),$(DEMO_VENV)" .
+	"$(VENV)/bin/ruff" format --check --extend-exclude "$(VENV),$(VENV52),$(DEMO_VENV)" .
 
 typecheck: venv
 	PYTHONPATH=testproject:. "$(VENV)/bin/mypy" kinetis_queue

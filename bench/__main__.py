@@ -65,14 +65,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench", description="kinetis_queue vs bare driver loops: push/s and drain jobs/s."
     )
-    parser.add_argument("--n", type=_positive_int, default=5000,
-                        help="jobs per push and per drain (default 5000)")
-    parser.add_argument("--backends", type=_backends, default=ALL_BACKENDS,
-                        help=f"comma-separated list (default: {','.join(ALL_BACKENDS)})")
-    parser.add_argument("--repeat", type=_positive_int, default=3,
-                        help="runs per backend; the median is reported (default 3)")
-    parser.add_argument("--json", type=Path, default=None, metavar="PATH",
-                        help="also write the medians and every sample as JSON")
+    parser.add_argument("--n", type=_positive_int, default=5000, help="jobs per push and per drain (default 5000)")
+    parser.add_argument(
+        "--backends",
+        type=_backends,
+        default=ALL_BACKENDS,
+        help=f"comma-separated list (default: {','.join(ALL_BACKENDS)})",
+    )
+    parser.add_argument(
+        "--repeat", type=_positive_int, default=3, help="runs per backend; the median is reported (default 3)"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, metavar="PATH", help="also write the medians and every sample as JSON"
+    )
     return parser.parse_args(argv)
 
 
@@ -155,7 +160,11 @@ def _run_child(module: str, args: list[str]) -> dict[str, Any]:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-m", module, *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
         check=False,
     )
     if done.returncode != 0:
@@ -263,8 +272,10 @@ def measure(backend: str, n: int, repeat: int) -> dict[str, list[float]]:
             result.update(like_for_like_drain(backend, n))
         for metric, value in result.items():
             samples.setdefault(metric, []).append(value)
-        _log(f"  {backend} run {run + 1}/{repeat}: "
-             + "  ".join(f"{metric} {value:,.0f}" for metric, value in result.items()))
+        _log(
+            f"  {backend} run {run + 1}/{repeat}: "
+            + "  ".join(f"{metric} {value:,.0f}" for metric, value in result.items())
+        )
     _close_django_connections()
     return samples
 
@@ -283,14 +294,28 @@ def summarize(samples: dict[str, list[float]]) -> dict[str, float]:
 
 
 def table(results: dict[str, dict[str, float]]) -> str:
-    header = ("backend", "project push/s", "bare push/s", "push ratio", "project drain/s", "bare drain/s",
-              "drain ratio")
+    header = (
+        "backend",
+        "project push/s",
+        "bare push/s",
+        "push ratio",
+        "project drain/s",
+        "bare drain/s",
+        "drain ratio",
+    )
     rows = [header]
     for backend, m in results.items():
-        rows.append((
-            backend, f"{m['project_push']:,.0f}", f"{m['bare_push']:,.0f}", f"{m['push_ratio']:.0%}",
-            f"{m['project_drain']:,.0f}", f"{m['bare_drain']:,.0f}", f"{m['drain_ratio']:.0%}",
-        ))
+        rows.append(
+            (
+                backend,
+                f"{m['project_push']:,.0f}",
+                f"{m['bare_push']:,.0f}",
+                f"{m['push_ratio']:.0%}",
+                f"{m['project_drain']:,.0f}",
+                f"{m['bare_drain']:,.0f}",
+                f"{m['drain_ratio']:.0%}",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = []
     for index, row in enumerate(rows):
@@ -339,8 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     _log(f"bench: N={args.n}, repeat={args.repeat}, backends={','.join(args.backends)}")
     samples = {backend: measure(backend, args.n, args.repeat) for backend in args.backends}
     results = {backend: summarize(s) for backend, s in samples.items()}
-    print(f"\nkinetis_queue vs bare driver: N={args.n} no-op jobs, median of {args.repeat}, "
-          f"one worker process, CONN_MAX_AGE=0\n")
+    print(
+        f"\nkinetis_queue vs bare driver: N={args.n} no-op jobs, median of {args.repeat}, "
+        f"one worker process, CONN_MAX_AGE=0\n"
+    )
     print(table(results))
     print()
     for line in notes(results, args.n):
@@ -350,8 +377,10 @@ def main(argv: list[str] | None = None) -> int:
         print()
         for kind, check in checks.items():
             status = "PASS" if check["pass"] else "FAIL"
-            print(f"{status}  {TARGET_BACKEND} {kind}: project at {check['ratio']:.0%} of bare "
-                  f"(target >= {check['target']:.0%})")
+            print(
+                f"{status}  {TARGET_BACKEND} {kind}: project at {check['ratio']:.0%} of bare "
+                f"(target >= {check['target']:.0%})"
+            )
     if args.json is not None:
         import django
 

@@ -60,15 +60,21 @@ def connect(backend: str, *, autocommit: bool) -> Any:
         import psycopg
 
         return psycopg.connect(
-            host=settings["HOST"], port=int(settings["PORT"]), user=settings["USER"],
-            dbname=settings["NAME"], autocommit=autocommit,
+            host=settings["HOST"],
+            port=int(settings["PORT"]),
+            user=settings["USER"],
+            dbname=settings["NAME"],
+            autocommit=autocommit,
         )
     if kind == "mysql":
         import MySQLdb
 
         conn = MySQLdb.connect(
-            host=settings["HOST"], port=int(settings["PORT"]), user=settings["USER"],
-            database=settings["NAME"], charset="utf8mb4",
+            host=settings["HOST"],
+            port=int(settings["PORT"]),
+            user=settings["USER"],
+            database=settings["NAME"],
+            charset="utf8mb4",
         )
         conn.cursor().execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         conn.autocommit(autocommit)
@@ -94,9 +100,7 @@ def ensure_table(backend: str) -> None:
             cursor.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} LIKE kinetis_queue_jobs")
         else:
             # SQLite has no CREATE TABLE ... LIKE: replay the stored DDL of the project's table and index.
-            cursor.execute(
-                "SELECT sql FROM sqlite_master WHERE tbl_name = 'kinetis_queue_jobs' AND sql IS NOT NULL"
-            )
+            cursor.execute("SELECT sql FROM sqlite_master WHERE tbl_name = 'kinetis_queue_jobs' AND sql IS NOT NULL")
             statements = [row[0] for row in cursor.fetchall()]
             for ddl in statements:
                 ddl = ddl.replace('"kinetis_queue_jobs_queue"', '"bare_jobs_queue"')

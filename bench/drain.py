@@ -35,8 +35,12 @@ def drain(connection: str, queue: str, n: int) -> tuple[float, int]:
 
     settings = conf.connection_settings(connection)
     built = connections.build(settings.name)
-    worker = Worker(built, connection=connection, default_max_attempts=settings.max_attempts,
-                    retry_base_delay=settings.retry_base_delay)
+    worker = Worker(
+        built,
+        connection=connection,
+        default_max_attempts=settings.max_attempts,
+        retry_base_delay=settings.retry_base_delay,
+    )
     queues = [queue]
     connects: list[str] = []
 

@@ -59,8 +59,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--n", type=_positive_int, default=5000, help="jobs per push and per drain (default 5000)")
     parser.add_argument("--repeat", type=_positive_int, default=3, help="runs; the median is reported (default 3)")
-    parser.add_argument("--url", default="amqp://guest:guest@127.0.0.1:5672//",
-                        help="the broker (default: %(default)s)")
+    parser.add_argument(
+        "--url", default="amqp://guest:guest@127.0.0.1:5672//", help="the broker (default: %(default)s)"
+    )
     parser.add_argument("--queue", default=f"bench-{os.getpid()}", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--drain", action="store_true", help=argparse.SUPPRESS)
@@ -97,8 +98,12 @@ def bare_channel(url: str) -> Any:
     from kinetis_queue.backends.rabbitmq.session import parse_url
 
     params = parse_url(url, "--url")
-    connection = amqp.Connection(host=f"{params.host}:{params.port}", userid=params.userid,
-                                 password=params.password, virtual_host=params.virtual_host)
+    connection = amqp.Connection(
+        host=f"{params.host}:{params.port}",
+        userid=params.userid,
+        password=params.password,
+        virtual_host=params.virtual_host,
+    )
     connection.connect()
     channel = connection.channel()
     channel.events["basic_return"].add(_returned)
@@ -115,8 +120,13 @@ def bare_message() -> Any:
 
     job_id = uuid.uuid4().hex
     body = f'{{"id":"{job_id}","pushedAt":{time.time()!r},"class":"bench.jobs.Noop","args":{{}}}}'.encode()
-    return amqp.Message(body, content_type="application/json", delivery_mode=2, message_id=job_id,
-                        application_headers={"maxAttempts": None, "metadata": "{}"})
+    return amqp.Message(
+        body,
+        content_type="application/json",
+        delivery_mode=2,
+        message_id=job_id,
+        application_headers={"maxAttempts": None, "metadata": "{}"},
+    )
 
 
 def interleaved_drain(url: str, queue: str, n: int) -> dict[str, float]:
@@ -127,8 +137,12 @@ def interleaved_drain(url: str, queue: str, n: int) -> dict[str, float]:
 
     settings = conf.connection_settings(CONNECTION)
     built = connections.build(settings.name)
-    worker = Worker(built, connection=CONNECTION, default_max_attempts=settings.max_attempts,
-                    retry_base_delay=settings.retry_base_delay)
+    worker = Worker(
+        built,
+        connection=CONNECTION,
+        default_max_attempts=settings.max_attempts,
+        retry_base_delay=settings.retry_base_delay,
+    )
     queues, bare = [queue], f"{queue}-bare"
     times = {"project": 0.0, "bare": 0.0}
     channel: Any = None
@@ -174,8 +188,18 @@ def _run_child(args: argparse.Namespace) -> dict[str, float]:
     """Drain in a fresh process (``--drain``); return the JSON object it prints last."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    command = [sys.executable, "-m", "bench.rabbitmq", "--drain", "--n", str(args.n), "--url", args.url,
-               "--queue", args.queue]
+    command = [
+        sys.executable,
+        "-m",
+        "bench.rabbitmq",
+        "--drain",
+        "--n",
+        str(args.n),
+        "--url",
+        args.url,
+        "--queue",
+        args.queue,
+    ]
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"bench.rabbitmq: the drain exited with status {done.returncode}")
@@ -261,8 +285,10 @@ def measure(args: argparse.Namespace, store: Store) -> dict[str, list[float]]:
 
 
 def report(medians: dict[str, float], args: argparse.Namespace) -> list[str]:
-    lines = [f"kinetis_queue rabbitmq vs bare py-amqp: N={args.n} no-op jobs, median of {args.repeat}, "
-             "one worker process", ""]
+    lines = [
+        f"kinetis_queue rabbitmq vs bare py-amqp: N={args.n} no-op jobs, median of {args.repeat}, one worker process",
+        "",
+    ]
     lines.append(f"{'':<14}{'project':>10}{'bare':>10}{'ratio':>8}{'target':>9}")
     for kind, label in (("push", "push/s"), ("drain", "drain jobs/s")):
         ratio, target = medians[f"{kind}_ratio"], TARGETS[kind]
@@ -293,8 +319,13 @@ def main(argv: list[str] | None = None) -> int:
     for line in report(medians, args):
         print(line)
     if args.json is not None:
-        args.json.write_text(json.dumps({"n": args.n, "repeat": args.repeat, "medians": medians,
-                                         "samples": samples, "targets": TARGETS}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {"n": args.n, "repeat": args.repeat, "medians": medians, "samples": samples, "targets": TARGETS},
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 

@@ -64,7 +64,8 @@ return envelope
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Options shared with ``python -m bench`` (``make bench`` passes the same BENCH_ARGS to both)."""
     parser = argparse.ArgumentParser(
-        prog="python -m bench.redis", description="RedisQueue vs a bare redis-py loop: push/s and drain jobs/s. "
+        prog="python -m bench.redis",
+        description="RedisQueue vs a bare redis-py loop: push/s and drain jobs/s. "
         "Options of python -m bench that this one does not know (--backends, --json) are ignored.",
     )
     parser.add_argument("--n", type=_positive_int, default=5000, help="jobs per push and per drain (default 5000)")
@@ -131,8 +132,12 @@ def serve_project() -> None:
 
     settings = conf.connection_settings(CONNECTION)
     built = connections.build(CONNECTION)
-    worker = Worker(built, connection=CONNECTION, default_max_attempts=settings.max_attempts,
-                    retry_base_delay=settings.retry_base_delay)
+    worker = Worker(
+        built,
+        connection=CONNECTION,
+        default_max_attempts=settings.max_attempts,
+        retry_base_delay=settings.retry_base_delay,
+    )
 
     def drain(count: int) -> None:
         for _ in range(count):
@@ -179,7 +184,11 @@ class Drainer:
         self.seconds = 0.0
         self.process = subprocess.Popen(
             [sys.executable, "-m", "bench.redis", "--drain", side, "--url", args.url, "--prefix", args.prefix],
-            cwd=REPO_ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=REPO_ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         self._answer()  # "ready": Django and the client are set up, nothing is connected or timed yet
 

@@ -94,8 +94,7 @@ def create_databases(aliases: list[str]) -> None:
         conn = MySQLdb.connect(host=my["HOST"], port=int(my["PORT"]), user=my["USER"], charset="utf8mb4")
         try:
             conn.cursor().execute(
-                f"CREATE DATABASE IF NOT EXISTS `{BENCH_DB_NAME}` "
-                "CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+                f"CREATE DATABASE IF NOT EXISTS `{BENCH_DB_NAME}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
             )
         finally:
             conn.close()

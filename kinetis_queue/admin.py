@@ -58,8 +58,18 @@ class FailedJobAdmin(_ModelAdmin):
     ordering = ("-failed_at", "-id")
     actions = ("retry_selected", "forget_selected")
     fields = (
-        "job", "job_id", "connection_shown", "queue", "attempts", "max_attempts", "failed_at",
-        "arguments", "metadata", "exception_class", "exception", "traceback_shown",
+        "job",
+        "job_id",
+        "connection_shown",
+        "queue",
+        "attempts",
+        "max_attempts",
+        "failed_at",
+        "arguments",
+        "metadata",
+        "exception_class",
+        "exception",
+        "traceback_shown",
     )
     readonly_fields = fields
 
@@ -284,8 +294,10 @@ class FailedJobAdmin(_ModelAdmin):
             "breadcrumbs_as_list": BREADCRUMBS_AS_LIST,
             "crumbs": [
                 (reverse("admin:index"), "Home"),
-                (reverse("admin:app_list", kwargs={"app_label": self.opts.app_label}),
-                 self.opts.app_config.verbose_name),
+                (
+                    reverse("admin:app_list", kwargs={"app_label": self.opts.app_label}),
+                    self.opts.app_config.verbose_name,
+                ),
                 (self._preserving(request, self._url("changelist")), capfirst(self.opts.verbose_name_plural)),
                 *crumbs,
             ],

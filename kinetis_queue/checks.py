@@ -80,34 +80,42 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
     warnings: list[CheckMessage] = []
     default = loaded.connections[loaded.default_connection]
     if default.backend == "sync":
-        warnings.append(CheckWarning(
-            f"The default queue connection {default.name!r} uses the sync backend: every push runs its job "
-            "inside the pushing request, with no retry and no worker.",
-            hint="Use a durable backend (sql, redis, sqs, rabbitmq) for DEFAULT_CONNECTION in production.",
-            id="kinetis_queue.W001",
-        ))
+        warnings.append(
+            CheckWarning(
+                f"The default queue connection {default.name!r} uses the sync backend: every push runs its job "
+                "inside the pushing request, with no retry and no worker.",
+                hint="Use a durable backend (sql, redis, sqs, rabbitmq) for DEFAULT_CONNECTION in production.",
+                id="kinetis_queue.W001",
+            )
+        )
     for name, connection in loaded.connections.items():
         try:
             renewable = issubclass(backend_class(connection), RenewableQueue)
         except Exception:
             renewable = False  # check_settings reports why the class cannot be loaded
         if renewable and connection.timeout is not None and connection.timeout >= connection.visibility_timeout:
-            warnings.append(CheckWarning(
-                f"Connection {name!r}: TIMEOUT ({connection.timeout:g}s) is not below VISIBILITY_TIMEOUT "
-                f"({connection.visibility_timeout}s). The worker renews a running job's reservation, but a job "
-                "that stalls its heartbeat (a long C call holding the GIL) is redelivered while it still runs.",
-                hint="Keep the worker's --timeout / TIMEOUT below VISIBILITY_TIMEOUT.",
-                obj=name, id="kinetis_queue.W002",
-            ))
+            warnings.append(
+                CheckWarning(
+                    f"Connection {name!r}: TIMEOUT ({connection.timeout:g}s) is not below VISIBILITY_TIMEOUT "
+                    f"({connection.visibility_timeout}s). The worker renews a running job's reservation, but a job "
+                    "that stalls its heartbeat (a long C call holding the GIL) is redelivered while it still runs.",
+                    hint="Keep the worker's --timeout / TIMEOUT below VISIBILITY_TIMEOUT.",
+                    obj=name,
+                    id="kinetis_queue.W002",
+                )
+            )
         if connection.backend == "sql":
             alias = connection.options["DATABASE"]
             if settings.DATABASES[alias].get("ENGINE", "").endswith("sqlite3"):
-                warnings.append(CheckWarning(
-                    f"Connection {name!r} keeps its jobs in SQLite (database {alias!r}): one writer at a time, "
-                    "so workers and pushes wait for each other's write lock.",
-                    hint="Use PostgreSQL or MySQL 8 / MariaDB 10.6+ for the jobs table in production.",
-                    obj=name, id="kinetis_queue.W003",
-                ))
+                warnings.append(
+                    CheckWarning(
+                        f"Connection {name!r} keeps its jobs in SQLite (database {alias!r}): one writer at a time, "
+                        "so workers and pushes wait for each other's write lock.",
+                        hint="Use PostgreSQL or MySQL 8 / MariaDB 10.6+ for the jobs table in production.",
+                        obj=name,
+                        id="kinetis_queue.W003",
+                    )
+                )
     return warnings
 
 
@@ -117,16 +125,22 @@ def check_discovery(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     from kinetis_queue.job import Job, job_class_path
 
     errors: list[CheckMessage] = [
-        Error(str(failure), obj=failure.module, id="kinetis_queue.E004",
-              hint="Fix the module (or remove it from KINETIS_QUEUE['IMPORTS']); queue_work will not start "
-                   "while it fails.")
+        Error(
+            str(failure),
+            obj=failure.module,
+            id="kinetis_queue.E004",
+            hint="Fix the module (or remove it from KINETIS_QUEUE['IMPORTS']); queue_work will not start "
+            "while it fails.",
+        )
         for failure in registry.discover()
     ]
     modules = registry.discovered()
     classes = [cls for cls in list(Job._registry.values()) if cls.__module__ in modules]
     for cls in classes:
-        if cls.handle is Job.handle and (inspect.isabstract(cls) or any(
-                other is not cls and issubclass(other, cls) for other in Job._registry.values())):
+        if cls.handle is Job.handle and (
+            inspect.isabstract(cls)
+            or any(other is not cls and issubclass(other, cls) for other in Job._registry.values())
+        ):
             continue  # a base class: its subclasses are what gets pushed
         problem = registry.runnable_problem(cls)
         if problem is not None:
@@ -144,9 +158,12 @@ def check_tables(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
         except DatabaseError:
             continue  # an unreachable database is not this check's to report
         if absent:
-            warnings.append(CheckWarning(
-                str(QueueTablesMissingError(alias, absent)),
-                hint="A forgotten migrate: push(), queue_work and queue_status need these tables.",
-                obj=alias, id="kinetis_queue.W004",
-            ))
+            warnings.append(
+                CheckWarning(
+                    str(QueueTablesMissingError(alias, absent)),
+                    hint="A forgotten migrate: push(), queue_work and queue_status need these tables.",
+                    obj=alias,
+                    id="kinetis_queue.W004",
+                )
+            )
     return warnings

@@ -132,8 +132,9 @@ def _imports(raw: Mapping[str, Any]) -> tuple[str, ...]:
         raise fail(("IMPORTS",), "must be a list of dotted module names")
     for index, name in enumerate(value):
         if type(name) is not str or _MODULE_NAME.fullmatch(name) is None:
-            raise QueueConfigurationError(f"{key('IMPORTS')}[{index}] must be a dotted module name, such as "
-                                          "'reports.schedules'")
+            raise QueueConfigurationError(
+                f"{key('IMPORTS')}[{index}] must be a dotted module name, such as 'reports.schedules'"
+            )
     return tuple(value)
 
 
@@ -147,8 +148,11 @@ def _connection(name: Any, entry: Any, defaults: dict[str, Any]) -> ConnectionSe
     if type(backend) is not str or not backend:
         raise fail((*path, "BACKEND"), f"must be one of {', '.join(BUILTIN_BACKENDS)} or a dotted path")
     if backend not in BUILTIN_BACKENDS and "." not in backend:
-        raise fail((*path, "BACKEND"), f"names unknown backend {backend!r}: use one of "
-                   f"{', '.join(BUILTIN_BACKENDS)} or a dotted path to a Queue class")
+        raise fail(
+            (*path, "BACKEND"),
+            f"names unknown backend {backend!r}: use one of "
+            f"{', '.join(BUILTIN_BACKENDS)} or a dotted path to a Queue class",
+        )
     schema = backend_options(backend)
     cap = schema.max_visibility_timeout if schema is not None else None
     values = dict(defaults)

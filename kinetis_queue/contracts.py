@@ -143,9 +143,7 @@ class Queue(ABC):
 
     # -- the contract's public operations -------------------------------------------------------
 
-    def push(
-        self, job: Job, delay: object = 0, queue: str = "default", max_attempts: int | None = None
-    ) -> str:
+    def push(self, job: Job, delay: object = 0, queue: str = "default", max_attempts: int | None = None) -> str:
         """Store ``job`` and return its id; everything is validated and serialized before any I/O.
 
         The same as ``send(prepare(job, delay, queue, max_attempts))``.

@@ -25,6 +25,7 @@ from kinetis_queue.validation import JOB_ID_LENGTH, MAX_COUNTER, MAX_DEPTH, QUEU
 #: A stored job id: JOB_ID_LENGTH lowercase hex characters.
 JOB_ID = re.compile(rf"[0-9a-f]{{{JOB_ID_LENGTH}}}")
 
+
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """A job as every durable backend stores it; ``attempts`` counts completed attempts."""
@@ -55,9 +56,7 @@ class Envelope:
         return datetime.fromtimestamp(self.pushed_at, UTC)
 
 
-def new_envelope(
-    job_class: str, args: dict[str, Any], max_attempts: int | None, metadata: dict[str, Any]
-) -> Envelope:
+def new_envelope(job_class: str, args: dict[str, Any], max_attempts: int | None, metadata: dict[str, Any]) -> Envelope:
     """A fresh envelope: a random 32-hex id, pushed now, no attempts completed."""
     return Envelope(uuid.uuid4().hex, time.time(), job_class, args, 0, max_attempts, metadata)
 
@@ -221,10 +220,16 @@ def decode_envelope(text: str | bytes) -> Envelope:
     """Decode one JSON envelope; every key is required and no other is allowed."""
     data = loads(text)
     if type(data) is not dict or data.keys() != _KEYS:
-        _malformed("the envelope does not have exactly the keys id, pushedAt, class, args, attempts, "
-                   "maxAttempts, metadata")
+        _malformed(
+            "the envelope does not have exactly the keys id, pushedAt, class, args, attempts, maxAttempts, metadata"
+        )
     return decode_fields(
-        data["id"], data["pushedAt"], data["class"], data["args"], data["attempts"], data["maxAttempts"],
+        data["id"],
+        data["pushedAt"],
+        data["class"],
+        data["args"],
+        data["attempts"],
+        data["maxAttempts"],
         data["metadata"],
     )
 

@@ -164,9 +164,9 @@ class FailedJobRow:
     name: str = ""
 
 
-def list_failed(*, connection: str | None = None, queue: str | None = None, limit: int = MAX_LISTED) -> list[
-    FailedJobRow
-]:
+def list_failed(
+    *, connection: str | None = None, queue: str | None = None, limit: int = MAX_LISTED
+) -> list[FailedJobRow]:
     """The newest records (at most ``limit``, never more than MAX_LISTED), as safe metadata only."""
     from kinetis_queue.models import FailedJob
 
@@ -178,8 +178,17 @@ def list_failed(*, connection: str | None = None, queue: str | None = None, limi
     fields = ("id", "failed_at", "connection", "queue", "job_class", "exception_class", "attempts", "max_attempts")
     found = records.order_by("-failed_at", "-id").only(*fields, "args")[: min(limit, MAX_LISTED)]
     return [
-        FailedJobRow(record.pk, record.failed_at, record.connection, record.queue, record.job_class,
-                     record.exception_class, record.attempts, record.max_attempts, shown_class(record))
+        FailedJobRow(
+            record.pk,
+            record.failed_at,
+            record.connection,
+            record.queue,
+            record.job_class,
+            record.exception_class,
+            record.attempts,
+            record.max_attempts,
+            shown_class(record),
+        )
         for record in found
     ]
 

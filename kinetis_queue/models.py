@@ -81,7 +81,6 @@ class FailedJob(models.Model):
         return f"{shown_class(self)} on {self.queue} ({self.job_id})"
 
 
-
 class RestartMarker(models.Model):
     """A connection's restart generation: ``queue_restart`` moves it, and every worker of that
     connection that sees it move exits after its current job (SqueHub's restart marker).
@@ -99,6 +98,7 @@ class RestartMarker(models.Model):
 
     def __str__(self) -> str:
         return f"restart generation {self.generation} of {self.connection}"
+
 
 # The django.tasks result store lives in its own module (it must not import django.tasks itself).
 from kinetis_queue.contrib.tasks.results import TaskResultRecord  # noqa: E402

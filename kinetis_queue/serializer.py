@@ -420,19 +420,13 @@ def deserialize_job(class_path: str, args: Any) -> Job:
     try:
         plan = _plan_for(cls)
     except Exception as exc:
-        raise JobReconstructionError(
-            f"{class_path}: __init__ cannot be inspected ({type(exc).__name__})"
-        ) from exc
+        raise JobReconstructionError(f"{class_path}: __init__ cannot be inspected ({type(exc).__name__})") from exc
     if plan.problem is not None:
         raise JobReconstructionError(f"{class_path}: {plan.problem}")
     for key in args:
         if key not in plan.by_name:
-            shown = (
-                key if type(key) is str and key.isidentifier() and len(key) <= 100 else "(unprintable name)"
-            )
-            raise JobReconstructionError(
-                f"{class_path}: stored argument {shown} matches no __init__ parameter"
-            )
+            shown = key if type(key) is str and key.isidentifier() and len(key) <= 100 else "(unprintable name)"
+            raise JobReconstructionError(f"{class_path}: stored argument {shown} matches no __init__ parameter")
     positional: list[Any] = []
     keywords: dict[str, Any] = {}
     for param in plan.params:

@@ -152,4 +152,3 @@ class Supervisor:
 def supervise(argv: Sequence[str], processes: int, say: Callable[[str], None]) -> int:
     """Run ``processes`` workers from this process's own command line; return the parent's exit status."""
     return Supervisor(child_command(argv), processes, say=say).run()
-

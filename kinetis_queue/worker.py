@@ -125,8 +125,14 @@ class Worker:
             raise InvalidQueueArgumentError(
                 "the poll timeout must be positive in run(): 0 would wait forever and never see a stop"
             )
-        limits = RunLimits(stop_when_empty=stop_when_empty, once=once, max_jobs=max_jobs, max_time=max_time,
-                           memory=memory, restart=restart)
+        limits = RunLimits(
+            stop_when_empty=stop_when_empty,
+            once=once,
+            max_jobs=max_jobs,
+            max_time=max_time,
+            memory=memory,
+            restart=restart,
+        )
         self.exit_reason = None
         previous = self._install_signal_handlers()
         try:
@@ -223,8 +229,15 @@ class Worker:
         ended: BaseException | None = None
         try:
             instance = deserialize_job(job.job_class, job.args)
-            context = JobContext(job.id, job.queue, job.attempts, job.max_attempts, self.connection,
-                                 logging.LoggerAdapter(logger, log_context), snoozes=snoozes_of(job))
+            context = JobContext(
+                job.id,
+                job.queue,
+                job.attempts,
+                job.max_attempts,
+                self.connection,
+                logging.LoggerAdapter(logger, log_context),
+                snoozes=snoozes_of(job),
+            )
             # Per-job hygiene: handle() runs in a copy of the worker's context, so whatever it
             # activates through context variables (Django's translation and time zone, any
             # asgiref Local) ends with it and never reaches the next job.
@@ -254,8 +267,17 @@ class Worker:
         assert self.reporter is not None
         try:
             self.reporter(
-                JobReport(job.job_class, job.queue, job.id, job.attempts, outcome, duration,
-                          None if error is None else type(error).__name__, delay, job_name(job))
+                JobReport(
+                    job.job_class,
+                    job.queue,
+                    job.id,
+                    job.attempts,
+                    outcome,
+                    duration,
+                    None if error is None else type(error).__name__,
+                    delay,
+                    job_name(job),
+                )
             )
         except Exception as exc:
             contained(logger.error, "The job reporter raised %s (contained)", type(exc).__name__)

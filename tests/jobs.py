@@ -28,8 +28,9 @@ class Color(Enum):
 class Records(Job):
     """Records its arguments and context into CALLS."""
 
-    def __init__(self, label: str, items: list[int] | None = None, color: Color | None = None,
-                 when: datetime | None = None) -> None:
+    def __init__(
+        self, label: str, items: list[int] | None = None, color: Color | None = None, when: datetime | None = None
+    ) -> None:
         self.label = label
         self.items = items
         self.color = color

@@ -14,8 +14,11 @@ class BrokenAck(SqlQueue):
 
     @classmethod
     def from_settings(cls, settings: ConnectionSettings) -> Self:
-        return cls(database=settings.options.get("DATABASE", "default"),
-                   visibility_timeout=settings.visibility_timeout, connection=settings.name)
+        return cls(
+            database=settings.options.get("DATABASE", "default"),
+            visibility_timeout=settings.visibility_timeout,
+            connection=settings.name,
+        )
 
     def ack(self, job: QueuedJob, *args: Any) -> None:
         raise ConnectionError("the job store went away")

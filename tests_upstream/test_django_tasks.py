@@ -43,8 +43,9 @@ PRIORITY = "needs supports_priority: no kinetis store orders jobs within a queue
 ASYNC_REFRESH = "an async test calling a sync method that reads the database (SynchronousOnlyOperation)"
 
 
-@skip(["test_using_correct_backend", "test_get_backend", "test_enqueue_task", "test_enqueue_task_async"],
-      DUMMY_INTERNALS)
+@skip(
+    ["test_using_correct_backend", "test_get_backend", "test_enqueue_task", "test_enqueue_task_async"], DUMMY_INTERNALS
+)
 @skip(["test_refresh_result", "test_get_missing_result"], ASYNC_REFRESH)
 @skip(["test_chained_using"], PRIORITY)
 @override_settings(
@@ -63,8 +64,17 @@ class KinetisTaskTestCase(test_tasks.TaskTestCase, TransactionTestCase):  # type
         purge()
 
 
-@skip(["test_using_correct_backend", "test_clear", "test_enqueue_task", "test_enqueue_task_async",
-       "test_refresh_result", "test_refresh_result_async"], DUMMY_INTERNALS)
+@skip(
+    [
+        "test_using_correct_backend",
+        "test_clear",
+        "test_enqueue_task",
+        "test_enqueue_task_async",
+        "test_refresh_result",
+        "test_refresh_result_async",
+    ],
+    DUMMY_INTERNALS,
+)
 @skip(["test_get_missing_result"], ASYNC_REFRESH)
 @override_settings(TASKS={"default": {"BACKEND": BACKEND, "QUEUES": []}})
 class KinetisQueueBackendTestCase(test_dummy_backend.DummyBackendTestCase, TransactionTestCase):  # type: ignore[misc]

@@ -117,9 +117,7 @@ def test_retry_delay_formula() -> None:
 
 
 @pytest.mark.trait("recovers_by_timeout")
-def test_a_recorder_error_propagates_and_settles_nothing(
-    connection: Queue, queue_name: str, outcomes: list
-) -> None:
+def test_a_recorder_error_propagates_and_settles_nothing(connection: Queue, queue_name: str, outcomes: list) -> None:
     """Contract: an exception from record() propagates and nothing is settled."""
 
     class Broken:
@@ -299,16 +297,18 @@ def _probe_pop(connection: Queue, queue_name: str) -> object:
     return result[0]
 
 
-def test_a_job_leaves_no_transaction_or_translation_behind(
-    connection: Queue, queue_name: str, outcomes: list
-) -> None:
+def test_a_job_leaves_no_transaction_or_translation_behind(connection: Queue, queue_name: str, outcomes: list) -> None:
     """Per-job hygiene: nothing from one job leaks into the next."""
     states: list[tuple[bool, str | None, str]] = []
 
     def leaky(context: JobContext) -> None:
-        states.append((
-            db_connections["default"].in_atomic_block, translation.get_language(), timezone.get_current_timezone_name()
-        ))
+        states.append(
+            (
+                db_connections["default"].in_atomic_block,
+                translation.get_language(),
+                timezone.get_current_timezone_name(),
+            )
+        )
         transaction.atomic(using="default").__enter__()
         translation.activate("fr")
         timezone.activate("Asia/Tokyo")

@@ -54,10 +54,14 @@ def test_a_bad_setting_is_rejected_naming_its_key(value: dict[str, Any], key: st
 
 
 def test_shared_keys_default_from_the_top_level() -> None:
-    with override_settings(KINETIS_QUEUE={
-        "CONNECTIONS": {"a": {"BACKEND": "sql"}, "b": {"BACKEND": "sql", "VISIBILITY_TIMEOUT": 7}},
-        "DEFAULT_CONNECTION": "a", "VISIBILITY_TIMEOUT": 42, "MAX_ATTEMPTS": 4,
-    }):
+    with override_settings(
+        KINETIS_QUEUE={
+            "CONNECTIONS": {"a": {"BACKEND": "sql"}, "b": {"BACKEND": "sql", "VISIBILITY_TIMEOUT": 7}},
+            "DEFAULT_CONNECTION": "a",
+            "VISIBILITY_TIMEOUT": 42,
+            "MAX_ATTEMPTS": 4,
+        }
+    ):
         loaded = conf.load()
         assert loaded.connections["a"].visibility_timeout == 42
         assert loaded.connections["b"].visibility_timeout == 7
@@ -113,11 +117,16 @@ def test_clearable_returns_a_clearable_queue_or_names_the_backend() -> None:
     [
         ({"COLOUR": "green"}, "KINETIS_QUEUE['CONNECTIONS']['own']['COLOUR'] must be 'red' or 'blue'"),
         ({"LIMIT": 11}, "KINETIS_QUEUE['CONNECTIONS']['own']['LIMIT'] must be at least 1 and at most 10"),
-        ({"SHADE": 1}, "KINETIS_QUEUE['CONNECTIONS']['own']['SHADE'] is not a setting of the "
-                       "tests.support.custom_backends.WithOptions backend (known: BACKEND, COLOUR, LIMIT, "
-                       "MAX_ATTEMPTS, POLL_TIMEOUT, RETRY_BASE_DELAY, TIMEOUT, VISIBILITY_TIMEOUT)"),
-        ({"VISIBILITY_TIMEOUT": 601}, "KINETIS_QUEUE['CONNECTIONS']['own']['VISIBILITY_TIMEOUT'] must be at least 1 "
-                                      "and at most 600"),
+        (
+            {"SHADE": 1},
+            "KINETIS_QUEUE['CONNECTIONS']['own']['SHADE'] is not a setting of the "
+            "tests.support.custom_backends.WithOptions backend (known: BACKEND, COLOUR, LIMIT, "
+            "MAX_ATTEMPTS, POLL_TIMEOUT, RETRY_BASE_DELAY, TIMEOUT, VISIBILITY_TIMEOUT)",
+        ),
+        (
+            {"VISIBILITY_TIMEOUT": 601},
+            "KINETIS_QUEUE['CONNECTIONS']['own']['VISIBILITY_TIMEOUT'] must be at least 1 and at most 600",
+        ),
     ],
 )
 def test_a_custom_backend_with_a_settings_schema_has_its_keys_checked(entry: dict[str, Any], message: str) -> None:
@@ -132,8 +141,11 @@ def test_a_custom_backend_with_a_settings_schema_has_its_keys_checked(entry: dic
 def test_a_custom_backend_gets_its_options_with_defaults_filled_in() -> None:
     custom = {"BACKEND": "tests.support.custom_backends.WithOptions", "LIMIT": 3}
     with override_settings(KINETIS_QUEUE={**setting(own=custom), "VISIBILITY_TIMEOUT": 900}):
-        with pytest.raises(QueueConfigurationError, match=r"\['VISIBILITY_TIMEOUT'\] must be at most 600 for the "
-                                                          r"tests\.support\.custom_backends\.WithOptions backend"):
+        with pytest.raises(
+            QueueConfigurationError,
+            match=r"\['VISIBILITY_TIMEOUT'\] must be at most 600 for the "
+            r"tests\.support\.custom_backends\.WithOptions backend",
+        ):
             conf.load()
     with override_settings(KINETIS_QUEUE=setting(own=custom)):
         assert conf.connection_settings("own").options == {"COLOUR": "blue", "LIMIT": 3}
@@ -171,10 +183,15 @@ def test_settings_are_checked_without_any_client_library() -> None:
     """A core-only install still checks every backend's keys, naming them, and reports each missing library
     as E002: a backend's settings schema lives in a module that imports no client library."""
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "KINETIS_TESTS_SUBPROCESS": "1", "PYTHONPATH": str(root),
-           "DJANGO_SETTINGS_MODULE": "tests.settings"}
-    result = subprocess.run([sys.executable, "-c", CORE_ONLY], env=env, cwd=root, capture_output=True, text=True,
-                            timeout=60)
+    env = {
+        **os.environ,
+        "KINETIS_TESTS_SUBPROCESS": "1",
+        "PYTHONPATH": str(root),
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", CORE_ONLY], env=env, cwd=root, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "KINETIS_QUEUE['CONNECTIONS']['a']['PREFIX'] must be a string (prepended to every key)",

@@ -31,11 +31,31 @@ def test_an_envelope_round_trips_exactly() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "NaN", "[Infinity]", "[-Infinity]", "1e400", '{"a": 1, "a": 2}', "[" * 100_000, "[" * 50 + "]" * 50 + "x",
-        "", "{", b"\xff\xfe", "{'a': 1}",
+        "NaN",
+        "[Infinity]",
+        "[-Infinity]",
+        "1e400",
+        '{"a": 1, "a": 2}',
+        "[" * 100_000,
+        "[" * 50 + "]" * 50 + "x",
+        "",
+        "{",
+        b"\xff\xfe",
+        "{'a': 1}",
     ],
-    ids=["nan", "infinity", "minus-infinity", "overflow", "duplicate-key", "runaway-nesting", "trailing",
-         "empty", "truncated", "not-utf8", "single-quotes"],
+    ids=[
+        "nan",
+        "infinity",
+        "minus-infinity",
+        "overflow",
+        "duplicate-key",
+        "runaway-nesting",
+        "trailing",
+        "empty",
+        "truncated",
+        "not-utf8",
+        "single-quotes",
+    ],
 )
 def test_strict_json_rejects(text: str | bytes) -> None:
     with pytest.raises(MalformedQueuedJobDataError):
@@ -43,8 +63,15 @@ def test_strict_json_rejects(text: str | bytes) -> None:
 
 
 def _mutated(**changes: object) -> str:
-    data = {"id": GOOD.id, "pushedAt": GOOD.pushed_at, "class": GOOD.job_class, "args": GOOD.args,
-            "attempts": 0, "maxAttempts": None, "metadata": {}}
+    data = {
+        "id": GOOD.id,
+        "pushedAt": GOOD.pushed_at,
+        "class": GOOD.job_class,
+        "args": GOOD.args,
+        "attempts": 0,
+        "maxAttempts": None,
+        "metadata": {},
+    }
     data.update(changes)
     return dumps({k: v for k, v in data.items() if v is not _DROP})
 
@@ -78,9 +105,23 @@ def _nested(levels: int) -> object:
         _mutated(**{"class": ""}),
         "[]",
     ],
-    ids=["bad-id", "missing-id", "extra-key", "negative-attempts", "huge-attempts", "float-attempts",
-         "bool-attempts", "negative-cap", "bad-pushed-at", "args-not-object", "args-too-deep", "lone-surrogate",
-         "metadata-not-object", "empty-class", "not-an-object"],
+    ids=[
+        "bad-id",
+        "missing-id",
+        "extra-key",
+        "negative-attempts",
+        "huge-attempts",
+        "float-attempts",
+        "bool-attempts",
+        "negative-cap",
+        "bad-pushed-at",
+        "args-not-object",
+        "args-too-deep",
+        "lone-surrogate",
+        "metadata-not-object",
+        "empty-class",
+        "not-an-object",
+    ],
 )
 def test_a_wrongly_shaped_envelope_is_malformed(text: str) -> None:
     with pytest.raises(MalformedQueuedJobDataError):

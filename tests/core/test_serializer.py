@@ -308,18 +308,12 @@ def nested(depth: int, kind: str, leaf: Any = "leaf") -> Any:
     return value
 
 
-RFC3339_MICROS = re.compile(
-    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}[+-][0-9]{2}:[0-9]{2}"
-)
+RFC3339_MICROS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}[+-][0-9]{2}:[0-9]{2}")
 
-scalars = (
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
-)
+scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
 json_values = st.recursive(
     scalars,
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=30,
 )
 
@@ -520,9 +514,7 @@ def located(draw: st.DrawFn, bad: Any) -> tuple[Any, str]:
 
 @pytest.mark.parametrize(("bad", "suffix", "reason"), NESTED_REJECTIONS)
 @given(data=st.data())
-def test_nested_value_is_rejected_at_its_location(
-    bad: Any, suffix: str, reason: str, data: st.DataObject
-) -> None:
+def test_nested_value_is_rejected_at_its_location(bad: Any, suffix: str, reason: str, data: st.DataObject) -> None:
     value, location = data.draw(located(bad))
     message = push_error(Carrier(value))
     assert message.startswith(f"{job_class_path(Carrier)} argument value{location}{suffix}: ")

@@ -43,9 +43,22 @@ REPORTS = Path(os.environ.get("KQ_REPORTS_DIR") or ROOT / "reports" / "reliabili
 
 #: The columns of the summary table (the §2.1 object has more).
 TABLE = (
-    "attempted", "acknowledged", "executed_unique", "executions", "lost", "duplicated", "unexpected",
-    "stale_rejected", "stale_accepted", "malformed_settled", "failed_records", "worker_stops",
-    "faults_injected", "store_remaining", "drain_s", "seed",
+    "attempted",
+    "acknowledged",
+    "executed_unique",
+    "executions",
+    "lost",
+    "duplicated",
+    "unexpected",
+    "stale_rejected",
+    "stale_accepted",
+    "malformed_settled",
+    "failed_records",
+    "worker_stops",
+    "faults_injected",
+    "store_remaining",
+    "drain_s",
+    "seed",
 )
 
 
@@ -149,7 +162,7 @@ def _overlaps(starts: list[Mapping[str, Any]], dones: list[Mapping[str, Any]]) -
     for spans in intervals.values():
         spans.sort()
         for i, (_, end) in enumerate(spans):
-            count += sum(1 for start, _ in spans[i + 1:] if start < end)
+            count += sum(1 for start, _ in spans[i + 1 :] if start < end)
     return count
 
 
@@ -167,12 +180,39 @@ def write(report: Mapping[str, Any], directory: Path | None = None) -> Path:
 
 
 #: Scenario-specific figures shown in the table's last column when a report has them.
-NOTES = ("kills", "rounds", "double_deliveries", "pops_per_s", "runs", "steps", "faults", "terminations",
-         "hung_workers", "malformed_injected", "rebuild_failures_injected", "canary_present", "crash_point",
-         "measured_shift_s", "per_skew", "matrix", "cases", "redelivery_s", "stale_outcome", "attempts",
-         "idle_signal_to_exit_s", "late_job_taken_by_interrupted_pop", "reclaims_while_alive", "negative_control",
-         "early_executions", "lateness_max_s", "pill_deliveries", "pill_attempts", "normal_done_before_drain",
-         "deliveries", "transitions")
+NOTES = (
+    "kills",
+    "rounds",
+    "double_deliveries",
+    "pops_per_s",
+    "runs",
+    "steps",
+    "faults",
+    "terminations",
+    "hung_workers",
+    "malformed_injected",
+    "rebuild_failures_injected",
+    "canary_present",
+    "crash_point",
+    "measured_shift_s",
+    "per_skew",
+    "matrix",
+    "cases",
+    "redelivery_s",
+    "stale_outcome",
+    "attempts",
+    "idle_signal_to_exit_s",
+    "late_job_taken_by_interrupted_pop",
+    "reclaims_while_alive",
+    "negative_control",
+    "early_executions",
+    "lateness_max_s",
+    "pill_deliveries",
+    "pill_attempts",
+    "normal_done_before_drain",
+    "deliveries",
+    "transitions",
+)
 
 
 def table(directory: Path = REPORTS) -> str:

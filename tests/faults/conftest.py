@@ -28,7 +28,11 @@ from tests.support.backends import Backend
 HERE = Path(__file__).resolve().parent
 
 settings.register_profile(
-    "kq-ci", derandomize=True, max_examples=50, stateful_step_count=30, deadline=None,
+    "kq-ci",
+    derandomize=True,
+    max_examples=50,
+    stateful_step_count=30,
+    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
@@ -44,7 +48,10 @@ def soak_scale() -> float:
 
 
 settings.register_profile(
-    "kq-soak", max_examples=max(50, int(1000 * soak_scale())), stateful_step_count=100, deadline=None,
+    "kq-soak",
+    max_examples=max(50, int(1000 * soak_scale())),
+    stateful_step_count=100,
+    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 

@@ -50,7 +50,8 @@ class History:
         """Append one event as one line with one os.write."""
         line = json.dumps(
             {"e": event, "tag": tag, "pid": os.getpid(), "mono": _mono(), "wall": time.time(), **fields},
-            separators=(",", ":"), default=str,
+            separators=(",", ":"),
+            default=str,
         )
         data = (line + "\n").encode()
         os.write(self._file(), data)

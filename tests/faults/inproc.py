@@ -81,8 +81,10 @@ class CallTimer:
 
     def figures(self) -> dict[str, Any]:
         with self._lock:
-            return {"longest_call_beyond_wait_s": {k: round(v, 2) for k, v in sorted(self.longest.items())},
-                    "call_errors": dict(sorted(self.errors.items()))}
+            return {
+                "longest_call_beyond_wait_s": {k: round(v, 2) for k, v in sorted(self.longest.items())},
+                "call_errors": dict(sorted(self.errors.items())),
+            }
 
 
 def dispose(queue: Queue) -> None:
@@ -93,8 +95,16 @@ def dispose(queue: Queue) -> None:
 class ThreadWorkers:
     """``size`` workers in threads of this process; each stopped one is counted and replaced."""
 
-    def __init__(self, make_queue: Callable[[], Queue], queues: Sequence[str], size: int, timer: CallTimer,
-                 *, poll: float = 0.5, **worker_options: Any) -> None:
+    def __init__(
+        self,
+        make_queue: Callable[[], Queue],
+        queues: Sequence[str],
+        size: int,
+        timer: CallTimer,
+        *,
+        poll: float = 0.5,
+        **worker_options: Any,
+    ) -> None:
         self.make_queue, self.queues, self.size, self.timer = make_queue, list(queues), size, timer
         self.poll, self.worker_options = poll, {"retry_base_delay": 0, **worker_options}
         self.stops: Counter[str] = Counter()
@@ -214,8 +224,9 @@ class Route:
         self.proxy.close()
 
 
-def route(backend: Backend, queue_name: str, seed: int, monkeypatch: pytest.MonkeyPatch,
-          visibility_timeout: int = 1) -> Route:
+def route(
+    backend: Backend, queue_name: str, seed: int, monkeypatch: pytest.MonkeyPatch, visibility_timeout: int = 1
+) -> Route:
     """A fault proxy in front of ``backend``'s server and a factory of queues that use it."""
     base = conf.connection_settings(backend.connection)
     if backend.database is not None:
@@ -227,8 +238,9 @@ def route(backend: Backend, queue_name: str, seed: int, monkeypatch: pytest.Monk
         proxy = FaultProxy(parts.hostname or "127.0.0.1", parts.port or 6379, seed=seed)
         proxy.start()
         url = urlunsplit(parts._replace(netloc=f"127.0.0.1:{proxy.port}"))
-        proxied = dataclasses.replace(base, visibility_timeout=visibility_timeout,
-                                      options={**base.options, "URL": url, "SOCKET_TIMEOUT": 1})
+        proxied = dataclasses.replace(
+            base, visibility_timeout=visibility_timeout, options={**base.options, "URL": url, "SOCKET_TIMEOUT": 1}
+        )
         return Route(backend, proxy, lambda: connections.backend_class(base).from_settings(proxied), 1.0)
     if base.backend == "sqs":
         from urllib.parse import urlsplit
@@ -245,8 +257,12 @@ def route(backend: Backend, queue_name: str, seed: int, monkeypatch: pytest.Monk
         endpoint = f"http://127.0.0.1:{proxy.port}"
 
         def make_sqs() -> Queue:
-            return sqs.SqsQueue(region=base.options.get("REGION"), endpoint_url=endpoint,
-                                visibility_timeout=visibility_timeout, connection=base.name)
+            return sqs.SqsQueue(
+                region=base.options.get("REGION"),
+                endpoint_url=endpoint,
+                visibility_timeout=visibility_timeout,
+                connection=base.name,
+            )
 
         return Route(backend, proxy, make_sqs, 2.0, attempts=3, backoff=3.0, pop_overrun=1.0)
     if base.backend == "rabbitmq":
@@ -255,15 +271,19 @@ def route(backend: Backend, queue_name: str, seed: int, monkeypatch: pytest.Monk
         from kinetis_queue.backends.rabbitmq import queue as rabbitmq_queue
         from kinetis_queue.backends.rabbitmq import session
 
-        for module, name in ((session, "CONNECT_TIMEOUT"), (session, "OPERATION_TIMEOUT"),
-                             (rabbitmq_queue, "CONFIRM_TIMEOUT")):
+        for module, name in (
+            (session, "CONNECT_TIMEOUT"),
+            (session, "OPERATION_TIMEOUT"),
+            (rabbitmq_queue, "CONFIRM_TIMEOUT"),
+        ):
             monkeypatch.setattr(module, name, 2.0)
         parts = urlsplit(base.options["URL"])
         proxy = FaultProxy(parts.hostname or "127.0.0.1", parts.port or 5672, seed=seed)
         proxy.start()
         url = urlunsplit(parts._replace(netloc=f"{parts.username}:{parts.password}@127.0.0.1:{proxy.port}"))
-        return Route(backend, proxy, lambda: rabbitmq_queue.RabbitMqQueue(url=url, heartbeat=2, connection=base.name),
-                     2.0)
+        return Route(
+            backend, proxy, lambda: rabbitmq_queue.RabbitMqQueue(url=url, heartbeat=2, connection=base.name), 2.0
+        )
     raise NotImplementedError(f"no fault route for {backend.id}")
 
 
@@ -295,11 +315,16 @@ def _sql_route(backend: Backend, seed: int, visibility_timeout: int) -> Route:
         db_connections.settings.pop(alias, None)
 
     def make_sql() -> Queue:
-        return SqlQueue(database=alias, visibility_timeout=visibility_timeout, connection=backend.connection,
-                        operation_timeout=SQL_OPERATION_TIMEOUT)
+        return SqlQueue(
+            database=alias,
+            visibility_timeout=visibility_timeout,
+            connection=backend.connection,
+            operation_timeout=SQL_OPERATION_TIMEOUT,
+        )
 
-    return Route(backend, proxy, make_sql, SQL_OPERATION_TIMEOUT + 0.25, pushes_proxied=False, alias=alias,
-                 cleanup=cleanup)
+    return Route(
+        backend, proxy, make_sql, SQL_OPERATION_TIMEOUT + 0.25, pushes_proxied=False, alias=alias, cleanup=cleanup
+    )
 
 
 class Pusher(threading.Thread):

@@ -52,8 +52,18 @@ def env(
         "KQ_HISTORY_ROLE": role,
         "PGAPPNAME": "kq-fault-worker",  # so that a service fault can pick this run's worker sessions
     }
-    for key in ("KQ_CRASHPOINT", "KQ_VISIBILITY_TIMEOUT", "KQ_NO_RENEWAL", "LD_PRELOAD", "FAKETIME",
-                "FAKETIME_DONT_FAKE_MONOTONIC", "KQ_FAKETIME_SKEW", "KQ_MONO_MINUS_WALL", "KQ_PORT", "KQ_HEARTBEAT"):
+    for key in (
+        "KQ_CRASHPOINT",
+        "KQ_VISIBILITY_TIMEOUT",
+        "KQ_NO_RENEWAL",
+        "LD_PRELOAD",
+        "FAKETIME",
+        "FAKETIME_DONT_FAKE_MONOTONIC",
+        "KQ_FAKETIME_SKEW",
+        "KQ_MONO_MINUS_WALL",
+        "KQ_PORT",
+        "KQ_HEARTBEAT",
+    ):
         result.pop(key, None)
     if crashpoint:
         result["KQ_CRASHPOINT"] = crashpoint
@@ -72,10 +82,14 @@ def env(
         # faked too, every timed thread wait (the heartbeat's renewal timer) would wait the skew on
         # top. faketime_site/sitecustomize.py mends the one call that mode breaks, time.sleep(). The
         # history puts its events on the monotonic clock from the last two numbers.
-        result.update(LD_PRELOAD=FAKETIME_LIBS[0], FAKETIME=faketime, FAKETIME_DONT_FAKE_MONOTONIC="1",
-                      PYTHONPATH=os.pathsep.join([str(FAKETIME_SITE), result["PYTHONPATH"]]),
-                      KQ_FAKETIME_SKEW=str(float(faketime.removesuffix("s"))),
-                      KQ_MONO_MINUS_WALL=repr(time.monotonic() - time.time()))
+        result.update(
+            LD_PRELOAD=FAKETIME_LIBS[0],
+            FAKETIME=faketime,
+            FAKETIME_DONT_FAKE_MONOTONIC="1",
+            PYTHONPATH=os.pathsep.join([str(FAKETIME_SITE), result["PYTHONPATH"]]),
+            KQ_FAKETIME_SKEW=str(float(faketime.removesuffix("s"))),
+            KQ_MONO_MINUS_WALL=repr(time.monotonic() - time.time()),
+        )
     return result
 
 
@@ -84,8 +98,15 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Start one worker on ``backend``'s connection watching ``queues``."""
     command = [
-        sys.executable, "-m", "tests.faults.worker", f"--connection={backend.connection}",
-        f"--queue={','.join(queues)}", "--backoff=0", "-v", "0", *args,
+        sys.executable,
+        "-m",
+        "tests.faults.worker",
+        f"--connection={backend.connection}",
+        f"--queue={','.join(queues)}",
+        "--backoff=0",
+        "-v",
+        "0",
+        *args,
     ]
     log = open(history_dir / f"worker-{time.monotonic_ns()}.log", "wb")
     try:
@@ -108,8 +129,9 @@ def stop(process: subprocess.Popen[bytes], timeout: float = 30) -> int:
 class Pool:
     """N workers kept alive: a killed one is replaced by ``respawn()``."""
 
-    def __init__(self, backend: Backend, queues: Sequence[str], history_dir: Path, size: int,
-                 *args: str, **knobs: Any) -> None:
+    def __init__(
+        self, backend: Backend, queues: Sequence[str], history_dir: Path, size: int, *args: str, **knobs: Any
+    ) -> None:
         self.backend, self.queues, self.history_dir = backend, list(queues), history_dir
         self.size, self.args, self.knobs = size, args, knobs
         self.processes: list[subprocess.Popen[bytes]] = []

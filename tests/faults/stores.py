@@ -98,8 +98,15 @@ class Store(Protocol):
 
 def stored_fields(**changes: Any) -> dict[str, Any]:
     """A valid job of tests.hostile_jobs.Echo as the envelope's keys, with ``changes`` applied."""
-    fields: dict[str, Any] = {"id": uuid.uuid4().hex, "pushedAt": time.time(), "class": "tests.hostile_jobs.Echo",
-                              "args": {}, "attempts": 0, "maxAttempts": 1, "metadata": {}}
+    fields: dict[str, Any] = {
+        "id": uuid.uuid4().hex,
+        "pushedAt": time.time(),
+        "class": "tests.hostile_jobs.Echo",
+        "args": {},
+        "attempts": 0,
+        "maxAttempts": 1,
+        "metadata": {},
+    }
     fields.update(changes)
     return fields
 
@@ -126,19 +133,22 @@ class SqlStore:
     def snapshot(self, queue: str) -> Any:
         rows = self._execute(
             f"SELECT id, job_id, queue, job_class, args, metadata, attempts, max_attempts, pushed_at, "
-            f"available_at, reserved_at, reserved_token FROM {TABLE} WHERE queue = %s ORDER BY id", [queue],
+            f"available_at, reserved_at, reserved_token FROM {TABLE} WHERE queue = %s ORDER BY id",
+            [queue],
         )
         failed = self._execute("SELECT COUNT(*) FROM kinetis_queue_failed_jobs WHERE queue = %s", [queue])
         return repr((rows, failed)).encode()
 
     def expire(self, job: QueuedJob) -> None:
-        changed = self._execute(f"UPDATE {TABLE} SET reserved_at = reserved_at - 86400 WHERE id = %s",
-                                [job.handle.row_id])
+        changed = self._execute(
+            f"UPDATE {TABLE} SET reserved_at = reserved_at - 86400 WHERE id = %s", [job.handle.row_id]
+        )
         assert changed == 1
 
     def set_reservation(self, job_id: str, reserved_at: float | None, token: str | None) -> None:
-        changed = self._execute(f"UPDATE {TABLE} SET reserved_at = %s, reserved_token = %s WHERE job_id = %s",
-                                [reserved_at, token, job_id])
+        changed = self._execute(
+            f"UPDATE {TABLE} SET reserved_at = %s, reserved_token = %s WHERE job_id = %s", [reserved_at, token, job_id]
+        )
         assert changed == 1
 
     def set_available_at(self, job_id: str, available_at: float) -> None:
@@ -161,7 +171,8 @@ class SqlStore:
             return None
         rows = self._execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name = 'kq-fault-worker'", [],
+            "AND application_name = 'kq-fault-worker'",
+            [],
         )
         return f"pg_terminate_backend x{len(rows)}"
 
@@ -180,9 +191,17 @@ class SqlStore:
     def _insert(self, queue: str, **columns: Any) -> str:
         now = time.time()
         row: dict[str, Any] = {
-            "job_id": uuid.uuid4().hex, "queue": queue, "job_class": "tests.faults.jobs.Tagged", "args": "{}",
-            "metadata": "{}", "attempts": 0, "max_attempts": 1, "pushed_at": now, "available_at": now,
-            "reserved_at": None, "reserved_token": None,
+            "job_id": uuid.uuid4().hex,
+            "queue": queue,
+            "job_class": "tests.faults.jobs.Tagged",
+            "args": "{}",
+            "metadata": "{}",
+            "attempts": 0,
+            "max_attempts": 1,
+            "pushed_at": now,
+            "available_at": now,
+            "reserved_at": None,
+            "reserved_token": None,
         }
         row.update(columns)
         names = ", ".join(row)
@@ -193,8 +212,15 @@ class SqlStore:
     def malformed(self, canary: str) -> list[str]:
         names = [f"args-{name}" for name in _args_variants(canary)]
         names += [
-            "metadata-array", "metadata-duplicate-keys", "job-id-empty", "job-id-uppercase", "class-empty",
-            "attempts-negative", "max-attempts-negative", "pushed-at-negative", "pushed-at-1e300",
+            "metadata-array",
+            "metadata-duplicate-keys",
+            "job-id-empty",
+            "job-id-uppercase",
+            "class-empty",
+            "attempts-negative",
+            "max-attempts-negative",
+            "pushed-at-negative",
+            "pushed-at-1e300",
         ]
         if self.vendor == "sqlite":  # only SQLite's TEXT keeps bytes that are not UTF-8 (as a BLOB)
             names += ["args-invalid-utf8", "args-pickle-protocol-4"]
@@ -227,8 +253,13 @@ class SqlStore:
         fields = stored_fields(**fields)
         try:
             self._insert(
-                queue, job_id=fields["id"], pushed_at=fields["pushedAt"], job_class=fields["class"],
-                args=json.dumps(fields["args"]), attempts=fields["attempts"], max_attempts=fields["maxAttempts"],
+                queue,
+                job_id=fields["id"],
+                pushed_at=fields["pushedAt"],
+                job_class=fields["class"],
+                args=json.dumps(fields["args"]),
+                attempts=fields["attempts"],
+                max_attempts=fields["maxAttempts"],
                 metadata=json.dumps(fields["metadata"]),
             )
         except Exception:  # the column or the driver refuses the value: no row can hold it
@@ -287,15 +318,31 @@ class RedisStore:
 
     def malformed(self, canary: str) -> list[str]:
         names = [f"envelope-{name}" for name in _args_variants(canary)]
-        names += [f"missing-{key}" for key in ("id", "pushedAt", "class", "args", "attempts", "maxAttempts",
-                                               "metadata")]
-        names += ["attempts-negative", "attempts-string", "attempts-1e30", "args-nan", "args-deep",
-                  "args-lone-surrogate", "invalid-utf8", "pickle-protocol-4"]
+        names += [
+            f"missing-{key}" for key in ("id", "pushedAt", "class", "args", "attempts", "maxAttempts", "metadata")
+        ]
+        names += [
+            "attempts-negative",
+            "attempts-string",
+            "attempts-1e30",
+            "args-nan",
+            "args-deep",
+            "args-lone-surrogate",
+            "invalid-utf8",
+            "pickle-protocol-4",
+        ]
         return names
 
     def _envelope(self, **changes: Any) -> dict[str, Any]:
-        envelope = {"id": uuid.uuid4().hex, "pushedAt": time.time(), "class": "tests.faults.jobs.Tagged",
-                    "args": {}, "attempts": 0, "maxAttempts": 1, "metadata": {}}
+        envelope = {
+            "id": uuid.uuid4().hex,
+            "pushedAt": time.time(),
+            "class": "tests.faults.jobs.Tagged",
+            "args": {},
+            "attempts": 0,
+            "maxAttempts": 1,
+            "metadata": {},
+        }
         envelope.update(changes)
         return envelope
 
@@ -316,8 +363,9 @@ class RedisStore:
                 "args-nan": lambda: json.dumps(self._envelope()).replace('"args": {}', '"args": {"x": NaN}'),
                 "args-deep": lambda: json.dumps(self._envelope()).replace('"args": {}', f'"args": {_deep(100_000)}'),
                 "args-lone-surrogate": lambda: json.dumps(self._envelope(args={"x": "\ud800"})),
-                "invalid-utf8": lambda: json.dumps(self._envelope()).encode().replace(
-                    b'"args": {}', b'"args": {"x": "\xff"}'),
+                "invalid-utf8": lambda: (
+                    json.dumps(self._envelope()).encode().replace(b'"args": {}', b'"args": {"x": "\xff"}')
+                ),
                 "pickle-protocol-4": lambda: pickle_payload(canary, protocol=4),
             }
             payload = texts[name]()
@@ -361,8 +409,11 @@ class SqsStore:
 
     fenced = False
     sweep_reclaims_expired = False
-    COUNTS = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
-              "ApproximateNumberOfMessagesDelayed")
+    COUNTS = (
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    )
 
     def __init__(self, queue: Queue) -> None:
         self.queue: Any = queue
@@ -382,8 +433,12 @@ class SqsStore:
 
     def malformed(self, canary: str) -> list[str]:
         return [f"body-{name}" for name in _args_variants(canary)] + [
-            "body-missing-id", "body-extra-key", "max-attempts-attribute-string", "max-attempts-attribute-negative",
-            "metadata-attribute-not-json", "body-garbage-1mib",
+            "body-missing-id",
+            "body-extra-key",
+            "max-attempts-attribute-string",
+            "max-attempts-attribute-negative",
+            "metadata-attribute-not-json",
+            "body-garbage-1mib",
         ]
 
     def inject_raw(self, queue: str, name: str, canary: str) -> None:
@@ -412,8 +467,11 @@ class SqsStore:
 
     def inject_job(self, queue: str, job_class: str, args: dict[str, Any], max_attempts: int | None) -> str:
         body = _valid_body(job_class, args)
-        attributes = {} if max_attempts is None else {
-            "MessageAttributes": {"maxAttempts": {"DataType": "Number", "StringValue": str(max_attempts)}}}
+        attributes = (
+            {}
+            if max_attempts is None
+            else {"MessageAttributes": {"maxAttempts": {"DataType": "Number", "StringValue": str(max_attempts)}}}
+        )
         self.queue.client.send_message(QueueUrl=self._url(queue), MessageBody=body, **attributes)
         return str(json.loads(body)["id"])
 
@@ -469,8 +527,12 @@ class RabbitMqStore:
 
     def malformed(self, canary: str) -> list[str]:
         return [f"body-{name}" for name in _args_variants(canary)] + [
-            "body-invalid-utf8", "headers-missing", "attempts-header-string", "metadata-header-not-json",
-            "content-type-python-serialize", "content-encoding-gzip",
+            "body-invalid-utf8",
+            "headers-missing",
+            "attempts-header-string",
+            "metadata-header-not-json",
+            "content-type-python-serialize",
+            "content-encoding-gzip",
         ]
 
     def _publish(self, queue: str, body: bytes, **properties: Any) -> None:
@@ -481,8 +543,10 @@ class RabbitMqStore:
         url = urlsplit(self.url)
         vhost = unquote(url.path[1:]) if len(url.path) > 1 else "/"
         connection = amqp.Connection(
-            host=f"{url.hostname}:{url.port or 5672}", userid=unquote(url.username or "guest"),
-            password=unquote(url.password or "guest"), virtual_host=vhost,
+            host=f"{url.hostname}:{url.port or 5672}",
+            userid=unquote(url.username or "guest"),
+            password=unquote(url.password or "guest"),
+            virtual_host=vhost,
         )
         connection.connect()
         try:
@@ -516,8 +580,12 @@ class RabbitMqStore:
 
     def inject_job(self, queue: str, job_class: str, args: dict[str, Any], max_attempts: int | None) -> str:
         body = _valid_body(job_class, args)
-        self._publish(queue, body.encode(), content_type="application/json",
-                      application_headers={"maxAttempts": max_attempts, "metadata": "{}"})
+        self._publish(
+            queue,
+            body.encode(),
+            content_type="application/json",
+            application_headers={"maxAttempts": max_attempts, "metadata": "{}"},
+        )
         return str(json.loads(body)["id"])
 
     def inject_fields(self, queue: str, fields: dict[str, Any]) -> bool:
@@ -529,8 +597,11 @@ class RabbitMqStore:
             body = json.dumps({key: fields[key] for key in ("id", "pushedAt", "class", "args")}).encode()
         except (TypeError, ValueError):  # not a JSON value: no body holds it
             return False
-        headers = {"attempts": fields["attempts"], "maxAttempts": fields["maxAttempts"],
-                   "metadata": metadata if isinstance(metadata, (str, datetime)) else json.dumps(metadata)}
+        headers = {
+            "attempts": fields["attempts"],
+            "maxAttempts": fields["maxAttempts"],
+            "metadata": metadata if isinstance(metadata, (str, datetime)) else json.dumps(metadata),
+        }
         try:
             self._publish(queue, body, content_type="application/json", application_headers=headers)
         except Exception:  # py-amqp cannot encode the value as a header: no message holds it

@@ -21,20 +21,31 @@ def _run(*events: dict[str, Any], records: dict[str, int] | None = None) -> dict
 
 
 def test_a_clean_history_has_no_violation() -> None:
-    report = _run(_ev("push.invoke", "a", 0), _ev("push.ok", "a", 1), _ev("exec.start", "a", 2, attempt=1),
-                  _ev("exec.done", "a", 3, attempt=1), _ev("settle.ack.ok", "a", 4))
+    report = _run(
+        _ev("push.invoke", "a", 0),
+        _ev("push.ok", "a", 1),
+        _ev("exec.start", "a", 2, attempt=1),
+        _ev("exec.done", "a", 3, attempt=1),
+        _ev("settle.ack.ok", "a", 4),
+    )
     assert (report["lost"], report["duplicated"], report["unexpected"], report["stale_accepted"]) == (0, 0, 0, 0)
     assert report["executed_unique"] == report["acknowledged"] == 1
 
 
 def test_lost_duplicated_unexpected_and_stale_accepted_are_counted() -> None:
     report = _run(
-        _ev("push.invoke", "lost", 0), _ev("push.ok", "lost", 0),
-        _ev("push.invoke", "twice", 0), _ev("push.ok", "twice", 0),
-        _ev("exec.start", "twice", 1, pid=1, attempt=1), _ev("exec.start", "twice", 2, pid=2, attempt=2),
-        _ev("exec.done", "twice", 3, pid=1, attempt=1), _ev("exec.done", "twice", 4, pid=2, attempt=2),
-        _ev("settle.ack.ok", "twice", 5), _ev("settle.ack.ok", "twice", 6),
-        _ev("exec.start", "stranger", 7), _ev("exec.done", "stranger", 8),
+        _ev("push.invoke", "lost", 0),
+        _ev("push.ok", "lost", 0),
+        _ev("push.invoke", "twice", 0),
+        _ev("push.ok", "twice", 0),
+        _ev("exec.start", "twice", 1, pid=1, attempt=1),
+        _ev("exec.start", "twice", 2, pid=2, attempt=2),
+        _ev("exec.done", "twice", 3, pid=1, attempt=1),
+        _ev("exec.done", "twice", 4, pid=2, attempt=2),
+        _ev("settle.ack.ok", "twice", 5),
+        _ev("settle.ack.ok", "twice", 6),
+        _ev("exec.start", "stranger", 7),
+        _ev("exec.done", "stranger", 8),
     )
     assert report["lost"] == 1 and report["lost_tags"] == ["lost"]
     assert report["duplicated"] == 1
@@ -45,9 +56,12 @@ def test_lost_duplicated_unexpected_and_stale_accepted_are_counted() -> None:
 
 def test_a_recorded_failure_is_not_lost_and_a_release_is_not_a_duplicate() -> None:
     report = _run(
-        _ev("push.invoke", "f", 0), _ev("push.ok", "f", 0),
-        _ev("exec.start", "f", 1, attempt=1), _ev("settle.release.ok", "f", 2),
-        _ev("exec.start", "f", 3, attempt=2), _ev("settle.fail.ok", "f", 4),
+        _ev("push.invoke", "f", 0),
+        _ev("push.ok", "f", 0),
+        _ev("exec.start", "f", 1, attempt=1),
+        _ev("settle.release.ok", "f", 2),
+        _ev("exec.start", "f", 3, attempt=2),
+        _ev("settle.fail.ok", "f", 4),
         records={"f": 1},
     )
     assert (report["lost"], report["duplicated"], report["failed_records"]) == (0, 0, 1)

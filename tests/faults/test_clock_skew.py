@@ -46,8 +46,12 @@ def test_pusher_skew_moves_a_delay_by_the_pushers_clock(
     before = time.time()
     pusher = subprocess.run(
         [sys.executable, "-m", "tests.faults.pusher", backend.connection, queue_name, tag, str(DELAY)],
-        env=procs.env(history_dir, faketime=f"{skew:+d}s", role="pusher"), cwd=procs.ROOT,
-        capture_output=True, text=True, timeout=60, check=True,
+        env=procs.env(history_dir, faketime=f"{skew:+d}s", role="pusher"),
+        cwd=procs.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     after = time.time()
     pusher_clock = float(pusher.stdout.split()[0])
@@ -60,9 +64,16 @@ def test_pusher_skew_moves_a_delay_by_the_pushers_clock(
         assert connection.pop(0.5, [queue_name]) is None  # late by the skew, never early
         store.make_due(queue_name)  # then nothing is lost: bring it due and drain
     drain_s = procs.drain(connection, [queue_name], store)
-    report = finish(f"D1-pusher-skew{skew:+d}s", backend.id, seed, history_dir, queue_name, store=store,
-                    drain_s=drain_s, extra={"skew_s": skew, "measured_shift_s": round(shift, 2),
-                                            "ran_at_once": runs_at_once})
+    report = finish(
+        f"D1-pusher-skew{skew:+d}s",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        drain_s=drain_s,
+        extra={"skew_s": skew, "measured_shift_s": round(shift, 2), "ran_at_once": runs_at_once},
+    )
     assert report["lost"] == 0 and report["executed_unique"] == 1 and report["store_remaining"] == 0
 
 
@@ -85,8 +96,10 @@ def test_worker_skew_against_sql_reservations(
         holders.append(procs.spawn(backend, [name], history_dir, "--once", "--sleep=5", visibility_timeout=4))
     started = {tag for _, tag in cases.values()}
     wait_until(lambda: started <= {e["tag"] for e in history.read(history_dir) if e["e"] == "exec.start"}, 30)
-    skewed = [procs.spawn(backend, [name], history_dir, "--once", "--sleep=6", visibility_timeout=4,
-                          faketime=f"+{delta}s") for delta, (name, _) in cases.items()]
+    skewed = [
+        procs.spawn(backend, [name], history_dir, "--once", "--sleep=6", visibility_timeout=4, faketime=f"+{delta}s")
+        for delta, (name, _) in cases.items()
+    ]
     assert [p.wait(timeout=60) for p in holders + skewed] == [0, 0, 0, 0]
     for name, _ in cases.values():
         procs.drain(connection, [name], store)
@@ -100,8 +113,9 @@ def test_worker_skew_against_sql_reservations(
         }
         for delta, (name, tag) in cases.items()
     }
-    report = finish("D2-worker-skew", backend.id, seed, history_dir, queue_name, store=store,
-                    extra={"per_skew": figures})
+    report = finish(
+        "D2-worker-skew", backend.id, seed, history_dir, queue_name, store=store, extra={"per_skew": figures}
+    )
     assert figures["1s"] == {"executions": 1, "stale_rejected": 0, "remaining": 0}
     assert figures["30s"] == {"executions": 2, "stale_rejected": 1, "remaining": 0}
     assert report["lost"] == 0 and report["stale_accepted"] == 0 and report["unexpected"] == 0
@@ -122,12 +136,16 @@ def test_worker_skew_against_redis_leases(
     skews = {"+3600s": new_tag(run_id, 1), "-3600s": new_tag(run_id, 2)}
     for tag in skews.values():
         push(connection, Tagged(tag, ms=6000), queue_name)
-    holders = [procs.spawn(backend, [queue_name], history_dir, "--once", "--sleep=5", visibility_timeout=2,
-                           faketime=skew) for skew in skews]
+    holders = [
+        procs.spawn(backend, [queue_name], history_dir, "--once", "--sleep=5", visibility_timeout=2, faketime=skew)
+        for skew in skews
+    ]
     started = set(skews.values())
     wait_until(lambda: started <= {e["tag"] for e in history.read(history_dir) if e["e"] == "exec.start"}, 30)
-    competitors = [procs.spawn(backend, [queue_name], history_dir, "--sleep=0.5", visibility_timeout=2,
-                               faketime=skew) for skew in skews]
+    competitors = [
+        procs.spawn(backend, [queue_name], history_dir, "--sleep=0.5", visibility_timeout=2, faketime=skew)
+        for skew in skews
+    ]
     try:
         assert [p.wait(timeout=60) for p in holders] == [0, 0]
     finally:
@@ -137,10 +155,21 @@ def test_worker_skew_against_redis_leases(
     events = history.read(history_dir)
     starts = [e for e in events if e["e"] == "exec.start" and e["tag"] in started]
     reclaims = sum(1 for e in starts if e.get("attempt") != 1)
-    report = finish("D3-worker-skew-redis", backend.id, seed, history_dir, queue_name, store=store,
-                    drain_s=drain_s, extra={"per_skew": {skew: {"executions": sum(1 for e in starts if e["tag"] == tag)}
-                                                         for skew, tag in skews.items()},
-                                            "reclaims_while_alive": reclaims})
+    report = finish(
+        "D3-worker-skew-redis",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        drain_s=drain_s,
+        extra={
+            "per_skew": {
+                skew: {"executions": sum(1 for e in starts if e["tag"] == tag)} for skew, tag in skews.items()
+            },
+            "reclaims_while_alive": reclaims,
+        },
+    )
     assert exits == [0, 0]
     assert reclaims == 0 and report["executions"] == 2 and report["overlapping_live_leases"] == 0
     assert report["stale_rejected"] == 0 and report["lost"] == 0 and report["store_remaining"] == 0

@@ -70,8 +70,14 @@ def _job(cell: Cell, tag: str, visibility_timeout: int) -> Job:
 
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.point)
 def test_a_crash_at_any_point_loses_nothing(
-    backend: Backend, connection: Queue, maybe_store: object, queue_name: str, history_dir: Path, seed: int,
-    run_id: str, cell: Cell,
+    backend: Backend,
+    connection: Queue,
+    maybe_store: object,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
+    run_id: str,
+    cell: Cell,
 ) -> None:
     if cell.only is not None and backend.id != cell.only:
         pytest.skip(f"{cell.point} is a {cell.only} crash point")
@@ -85,8 +91,16 @@ def test_a_crash_at_any_point_loses_nothing(
     assert crashing.wait(timeout=60) == crashpoints.EXIT_CODE, "the worker did not reach the crash point"
     drain_s = procs.drain(connection, [queue_name], maybe_store)
 
-    report = finish(f"A2-crash-{cell.point}", backend.id, seed, history_dir, queue_name, store=maybe_store,
-                    drain_s=drain_s, extra={"crash_point": cell.point})
+    report = finish(
+        f"A2-crash-{cell.point}",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=maybe_store,
+        drain_s=drain_s,
+        extra={"crash_point": cell.point},
+    )
     assert report["lost"] == 0
     assert report["executions"] == cell.executions
     assert report["executed_unique"] == (1 if cell.completed else 0)

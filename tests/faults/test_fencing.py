@@ -77,9 +77,15 @@ def test_stale_settlements_are_rejected_and_write_nothing(
         with pytest.raises(StaleJobHandleError):
             connection.ack(second)
         assert store.remaining(queue_name) == 0
-    report = finish("F1-fencing-matrix", backend.id, seed, history_dir, queue_name, store=store,
-                    extra={"matrix": {**matrix, "second ack(h2)": "rejected x4"}, "stale_rejected": 7,
-                           "stale_accepted": 0})
+    report = finish(
+        "F1-fencing-matrix",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        extra={"matrix": {**matrix, "second ack(h2)": "rejected x4"}, "stale_rejected": 7, "stale_accepted": 0},
+    )
     assert report["store_remaining"] == 0
 
 
@@ -89,8 +95,13 @@ def _forge(handle: Any, how: str, other: Any) -> Any:
         return other
 
     def mutate(text: str) -> str:
-        return {"upper": text.upper(), "lower": text.lower(), "truncate": text[:-1], "append": text + "0",
-                "swapcase": text.swapcase()}[how]
+        return {
+            "upper": text.upper(),
+            "lower": text.lower(),
+            "truncate": text[:-1],
+            "append": text + "0",
+            "swapcase": text.swapcase(),
+        }[how]
 
     if isinstance(handle, str):
         return mutate(handle)
@@ -112,8 +123,10 @@ def test_forged_handles_never_write(backend: Backend, connection: Queue, store: 
     connection.ack(other)  # its receipt now names a finished delivery
 
     @settings(settings.get_profile("kq-ci"), max_examples=40)
-    @given(how=st.sampled_from(["upper", "lower", "truncate", "append", "swapcase", "other"]),
-           operation=st.sampled_from(list(OPERATIONS)))
+    @given(
+        how=st.sampled_from(["upper", "lower", "truncate", "append", "swapcase", "other"]),
+        operation=st.sampled_from(list(OPERATIONS)),
+    )
     def attempt(how: str, operation: JobSettlement) -> None:
         forged = dataclasses.replace(live, handle=_forge(live.handle, how, other.handle))
         if forged.handle == live.handle:
@@ -129,19 +142,37 @@ def test_forged_handles_never_write(backend: Backend, connection: Queue, store: 
 
 
 def race(
-    scenario: str, backend: Backend, connection: Queue, store: Any, queue_name: str, history_dir: Path,
-    seed: int, run_id: str, *, jobs: int, workers: int,
+    scenario: str,
+    backend: Backend,
+    connection: Queue,
+    store: Any,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
+    run_id: str,
+    *,
+    jobs: int,
+    workers: int,
 ) -> dict[str, Any]:
     """F2: renewal off, jobs of U(0.5, 1.5) x VT: leases expire under running jobs and get reclaimed."""
     rng = random.Random(seed)
     for i in range(jobs):
         push(connection, RandomDuration(new_tag(run_id, i), 500, 1500, rng.randrange(2**31)), queue_name)
-    with procs.Pool(backend, [queue_name], history_dir, workers, "--sleep=0.5",
-                    no_renewal=True, visibility_timeout=1) as pool:
+    with procs.Pool(
+        backend, [queue_name], history_dir, workers, "--sleep=0.5", no_renewal=True, visibility_timeout=1
+    ) as pool:
         wait_until(lambda: store.remaining(queue_name) == 0, timeout=600, interval=0.2)
     drain_s = procs.drain(connection, [queue_name], store)
-    report = finish(scenario, backend.id, seed, history_dir, queue_name, store=store, drain_s=drain_s,
-                    extra={"unexpected_exits": pool.unexpected_exits()})
+    report = finish(
+        scenario,
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        drain_s=drain_s,
+        extra={"unexpected_exits": pool.unexpected_exits()},
+    )
     assert report["lost"] == 0 and report["unexpected"] == 0
     assert report["stale_accepted"] == 0 and report["acked_twice"] == 0
     assert report["executed_unique"] == jobs
@@ -156,8 +187,9 @@ def test_randomized_lease_races_accept_no_stale_settlement(
     backend: Backend, connection: Queue, store: Any, queue_name: str, history_dir: Path, seed: int, run_id: str
 ) -> None:
     """F2 (CI): 16 jobs, 4 workers, renewal off: per job exactly one accepted terminal settlement."""
-    report = race("F2-lease-race", backend, connection, store, queue_name, history_dir, seed, run_id,
-                  jobs=16, workers=4)
+    report = race(
+        "F2-lease-race", backend, connection, store, queue_name, history_dir, seed, run_id, jobs=16, workers=4
+    )
     assert report["stale_rejected"] > 0, "no lease was reclaimed under a running job: the race never happened"
 
 
@@ -167,5 +199,15 @@ def test_randomized_lease_races_soak(
     backend: Backend, connection: Queue, store: Any, queue_name: str, history_dir: Path, seed: int, run_id: str
 ) -> None:
     """F2 (soak): 1000 jobs (scaled down with a KQ_SOAK_SECONDS under 30 minutes), 4 workers, renewal off."""
-    race("F2-lease-race-soak", backend, connection, store, queue_name, history_dir, seed, run_id,
-         jobs=max(100, int(1000 * soak_scale())), workers=4)
+    race(
+        "F2-lease-race-soak",
+        backend,
+        connection,
+        store,
+        queue_name,
+        history_dir,
+        seed,
+        run_id,
+        jobs=max(100, int(1000 * soak_scale())),
+        workers=4,
+    )

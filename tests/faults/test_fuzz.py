@@ -64,8 +64,9 @@ RAN: list[Job] = []
 class Payload(Job):
     """Any JSON value, plus the two kinds restored from annotations."""
 
-    def __init__(self, value: Any, shade: Shade = Shade.LIGHT, size: Size | None = None,
-                 at: datetime | None = None) -> None:
+    def __init__(
+        self, value: Any, shade: Shade = Shade.LIGHT, size: Size | None = None, at: datetime | None = None
+    ) -> None:
         self.value = value
         self.shade = shade
         self.size = size
@@ -100,17 +101,21 @@ class Forgetful(Job):
 
 texts = st.text(st.characters(codec="utf-8"), max_size=12)  # NUL, astral planes; never a lone surrogate
 ints = st.integers() | st.sampled_from(
-    [0, -1, 2**31, 2**53 + 1, -(2**63), 2**64, 10**MAX_INT_DIGITS - 1, -(10**MAX_INT_DIGITS - 1)])
+    [0, -1, 2**31, 2**53 + 1, -(2**63), 2**64, 10**MAX_INT_DIGITS - 1, -(10**MAX_INT_DIGITS - 1)]
+)
 floats = st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(
-    [-0.0, 0.0, 5e-324, -5e-324, 1.7976931348623157e308, 0.1, 1 / 3, 1e16, 2.0**53 + 2])
+    [-0.0, 0.0, 5e-324, -5e-324, 1.7976931348623157e308, 0.1, 1 / 3, 1e16, 2.0**53 + 2]
+)
 scalars = st.none() | st.booleans() | ints | floats | texts
 values = st.recursive(
-    scalars, lambda children: st.lists(children, max_size=4) | st.dictionaries(texts, children, max_size=4),
+    scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(texts, children, max_size=4),
     max_leaves=25,
 )
 moments = st.builds(
     lambda moment, minutes: moment.replace(tzinfo=timezone(timedelta(minutes=minutes))),
-    st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)), st.integers(-1439, 1439),
+    st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+    st.integers(-1439, 1439),
 )
 
 
@@ -153,8 +158,7 @@ def test_values_inside_the_contract_come_back_with_exact_types(
     started = time.monotonic()
 
     @settings(settings.get_profile("kq-ci"), max_examples=100)
-    @given(value=values, shade=st.sampled_from(Shade), size=st.none() | st.sampled_from(Size),
-           at=st.none() | moments)
+    @given(value=values, shade=st.sampled_from(Shade), size=st.none() | st.sampled_from(Size), at=st.none() | moments)
     def round_trip(value: Any, shade: Shade, size: Size | None, at: datetime | None) -> None:
         counts["examples"] += 1
         job = Payload(value, shade, size, at)
@@ -171,8 +175,13 @@ def test_values_inside_the_contract_come_back_with_exact_types(
             assert type(restored.at) is datetime and restored.at == at and restored.at.utcoffset() == at.utcoffset()
 
     round_trip()
-    write_report("H1-round-trip", backend, examples=counts["examples"], mismatches=0,
-                 seconds=round(time.monotonic() - started, 2))
+    write_report(
+        "H1-round-trip",
+        backend,
+        examples=counts["examples"],
+        mismatches=0,
+        seconds=round(time.monotonic() - started, 2),
+    )
     assert connection.size(queue_name) == 0
 
 
@@ -187,8 +196,9 @@ def test_the_nesting_and_int_bounds_are_the_same_on_every_backend(
         step = "[0]" if kind == "list" else ".{0}"
         with pytest.raises(UnserializableJobError) as raised:
             connection.push(Payload(nested(MAX_DEPTH + 1, kind)), queue=queue_name)
-        assert str(raised.value) == (f"{job_class_path(Payload)} argument value{step * MAX_DEPTH}: "
-                                     f"nested deeper than {MAX_DEPTH} levels")
+        assert str(raised.value) == (
+            f"{job_class_path(Payload)} argument value{step * MAX_DEPTH}: nested deeper than {MAX_DEPTH} levels"
+        )
     for sign in (1, -1):
         widest = sign * (10**MAX_INT_DIGITS - 1)
         assert deliver(backend, connection, Payload([widest]), queue_name)[1].value == [widest]  # type: ignore[attr-defined]
@@ -286,8 +296,10 @@ def test_values_outside_the_contract_are_refused_before_any_write(
         assert "s3cr3t" not in message.lower() and "987654321" not in message and "2024" not in message
         assert _shown(value) not in message
         if sensitive:
-            assert message == (f"{job_class_path(Guarded)} argument token: the value does not meet the argument "
-                               "contract (details withheld: the argument is Sensitive)")
+            assert message == (
+                f"{job_class_path(Guarded)} argument token: the value does not meet the argument "
+                "contract (details withheld: the argument is Sensitive)"
+            )
         else:
             assert message.startswith(f"{job_class_path(Guarded)} argument note{location}: "), message
             assert reason in message
@@ -307,10 +319,14 @@ def test_values_outside_the_contract_are_refused_before_any_write(
 DEEP, HUGE_INT, HUGE_FLOAT, SURROGATE = "\x00deep:", "\x00huge-int", "\x00huge-float", "\x00surrogate"
 
 odd_json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.sampled_from([-1, 2**31, 10**30, -(10**30)])
-    | st.floats() | st.text(max_size=8)
-    | st.sampled_from([HUGE_INT, HUGE_FLOAT, SURROGATE]) | st.sampled_from([33, 34, 1000, 100_000]).map(
-        lambda depth: f"{DEEP}{depth}"),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.sampled_from([-1, 2**31, 10**30, -(10**30)])
+    | st.floats()
+    | st.text(max_size=8)
+    | st.sampled_from([HUGE_INT, HUGE_FLOAT, SURROGATE])
+    | st.sampled_from([33, 34, 1000, 100_000]).map(lambda depth: f"{DEEP}{depth}"),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3),
     max_leaves=6,
 )
@@ -318,8 +334,11 @@ odd_json = st.recursive(
 
 def _placeholders(text: str) -> str:
     text = re.sub(r'"\\u0000deep:(\d+)"', lambda m: "[" * int(m.group(1)) + "]" * int(m.group(1)), text)
-    return (text.replace('"\\u0000huge-int"', "9" * 5000).replace('"\\u0000huge-float"', "1e400")
-            .replace('"\\u0000surrogate"', '"\\ud800"'))
+    return (
+        text.replace('"\\u0000huge-int"', "9" * 5000)
+        .replace('"\\u0000huge-float"', "1e400")
+        .replace('"\\u0000surrogate"', '"\\ud800"')
+    )
 
 
 @st.composite
@@ -345,7 +364,7 @@ def mutated(draw: st.DrawFn, base: dict[str, Any]) -> bytes:
     if edit == "duplicate" and text.startswith("{") and data:
         text = "{" + json.dumps(next(iter(data))) + ":0," + text[1:]
     elif edit == "truncate":
-        text = text[:draw(st.integers(0, max(0, len(text) - 1)))]
+        text = text[: draw(st.integers(0, max(0, len(text) - 1)))]
     raw = text.encode("utf-8", "surrogatepass")
     if edit == "byte":
         at = draw(st.integers(0, len(raw)))
@@ -354,16 +373,30 @@ def mutated(draw: st.DrawFn, base: dict[str, Any]) -> bytes:
 
 
 def _envelope() -> dict[str, Any]:
-    return {"id": "0" * 32, "pushedAt": 1_700_000_000.5, "class": "tests.faults.jobs.Tagged",
-            "args": {"tag": "t"}, "attempts": 0, "maxAttempts": 3, "metadata": {"trace": "x"}}
+    return {
+        "id": "0" * 32,
+        "pushedAt": 1_700_000_000.5,
+        "class": "tests.faults.jobs.Tagged",
+        "args": {"tag": "t"},
+        "attempts": 0,
+        "maxAttempts": 3,
+        "metadata": {"trace": "x"},
+    }
 
 
 def _body() -> dict[str, Any]:
     return {k: v for k, v in _envelope().items() if k in ("id", "pushedAt", "class", "args")}
 
 
-odd_value = (st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6) | st.binary(max_size=6)
-             | st.sampled_from([Decimal("1"), -1, 2**31, 10**30, [], {}, "abc", "1e3", " 1", "01", "9" * 30]))
+odd_value = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=6)
+    | st.binary(max_size=6)
+    | st.sampled_from([Decimal("1"), -1, 2**31, 10**30, [], {}, "abc", "1e3", " 1", "01", "9" * 30])
+)
 
 
 def _maybe(valid: Any) -> st.SearchStrategy[Any]:
@@ -394,8 +427,17 @@ def sql_rows(draw: st.DrawFn) -> tuple[Callable[..., QueuedJob], tuple[Any, ...]
         raw = draw(mutated(base))
         return raw if draw(st.booleans()) else raw.decode("utf-8", "replace")  # SQLite may hand back a BLOB
 
-    row = (1, draw(_maybe("0" * 32)), draw(_maybe("q")), draw(_maybe("tests.faults.jobs.Tagged")),
-           text({"tag": "t"}), text({"trace": "x"}), draw(_maybe(0)), draw(_maybe(3)), draw(_maybe(1.7e9)))
+    row = (
+        1,
+        draw(_maybe("0" * 32)),
+        draw(_maybe("q")),
+        draw(_maybe("tests.faults.jobs.Tagged")),
+        text({"tag": "t"}),
+        text({"trace": "x"}),
+        draw(_maybe(0)),
+        draw(_maybe(3)),
+        draw(_maybe(1.7e9)),
+    )
     return _decode_sql, (row,)
 
 
@@ -411,10 +453,15 @@ def sqs_messages(draw: st.DrawFn) -> tuple[Callable[..., QueuedJob], tuple[Any, 
     if draw(st.booleans()):
         attributes["maxAttempts"] = draw(_maybe({"DataType": "Number", "StringValue": "3"}))
     if draw(st.booleans()):
-        attributes["metadata"] = {"DataType": "String",
-                                  "StringValue": draw(mutated({"trace": "x"})).decode("utf-8", "replace")}
-    message = {"Body": draw(mutated(_body())).decode("utf-8", "replace"),
-               "Attributes": {"ApproximateReceiveCount": draw(_maybe("1"))}, "MessageAttributes": attributes}
+        attributes["metadata"] = {
+            "DataType": "String",
+            "StringValue": draw(mutated({"trace": "x"})).decode("utf-8", "replace"),
+        }
+    message = {
+        "Body": draw(mutated(_body())).decode("utf-8", "replace"),
+        "Attributes": {"ApproximateReceiveCount": draw(_maybe("1"))},
+        "MessageAttributes": attributes,
+    }
     return _decode_sqs, (message,)
 
 
@@ -442,8 +489,10 @@ def amqp_deliveries(draw: st.DrawFn) -> tuple[Callable[..., QueuedJob], tuple[An
     body: Any = draw(mutated(_body()))
     if draw(st.integers(0, 4)) == 0:  # py-amqp hands back text when the publisher set a content_encoding
         body = body.decode("utf-8", "replace")
-    headers: Any = {"maxAttempts": draw(_maybe(3)),
-                    "metadata": draw(_maybe(draw(mutated({"trace": "x"})).decode("utf-8", "replace")))}
+    headers: Any = {
+        "maxAttempts": draw(_maybe(3)),
+        "metadata": draw(_maybe(draw(mutated({"trace": "x"})).decode("utf-8", "replace"))),
+    }
     if draw(st.booleans()):
         headers["attempts"] = draw(_maybe(1))
     if draw(st.integers(0, 9)) == 0:
@@ -481,9 +530,14 @@ def test_a_decoder_returns_a_job_or_reports_malformed_data(decoder: str) -> None
         assert all(math.isfinite(v) for v in _numbers(job.args) if type(v) is float)
 
     decodes()
-    write_report("H3-decoder-fuzz", Backend(decoder, decoder), examples=sum(seen.values()),
-                 outcomes=dict(seen), decode_ms_p99=round(sorted(took)[int(len(took) * 0.99)] * 1000, 2),
-                 decode_ms_max=round(max(took) * 1000, 2))
+    write_report(
+        "H3-decoder-fuzz",
+        Backend(decoder, decoder),
+        examples=sum(seen.values()),
+        outcomes=dict(seen),
+        decode_ms_p99=round(sorted(took)[int(len(took) * 0.99)] * 1000, 2),
+        decode_ms_max=round(max(took) * 1000, 2),
+    )
     assert seen["QueuedJob"] and seen["MalformedQueuedJobDataError"], "the fuzz never reached one of the outcomes"
 
 
@@ -587,6 +641,7 @@ def test_no_stored_field_content_stops_a_worker(
     if isinstance(connection, DisposableQueue):
         connection.dispose()  # RabbitMQ: a delivery still unacked would now be back in the queue
     assert store.remaining(queue_name) == 0
-    write_report("H4-stored-field-fuzz", backend, cases=len(STORED_FIELD_NAMES) * len(HOSTILE_VALUES),
-                 outcomes=dict(seen))
+    write_report(
+        "H4-stored-field-fuzz", backend, cases=len(STORED_FIELD_NAMES) * len(HOSTILE_VALUES), outcomes=dict(seen)
+    )
     assert seen["malformed"] and seen["job_succeeded"] and seen["job_failed_permanently"], seen

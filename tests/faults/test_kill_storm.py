@@ -33,9 +33,21 @@ def _outstanding(store: Any, queue_name: str, history_dir: Path, pushed: int) ->
 
 
 def storm(
-    scenario: str, backend: Backend, connection: Queue, store: Any, queue_name: str, history_dir: Path,
-    seed: int, run_id: str, *, jobs: int, kill_every: float, workers: int, rounds: int = 1,
-    duration: float = 0, visibility_timeout: int | None = None,
+    scenario: str,
+    backend: Backend,
+    connection: Queue,
+    store: Any,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
+    run_id: str,
+    *,
+    jobs: int,
+    kill_every: float,
+    workers: int,
+    rounds: int = 1,
+    duration: float = 0,
+    visibility_timeout: int | None = None,
 ) -> dict[str, object]:
     rng = random.Random(seed)
     knobs = {} if visibility_timeout is None else {"visibility_timeout": visibility_timeout}
@@ -55,8 +67,16 @@ def storm(
             done_rounds += 1
     unexpected_exits = pool.unexpected_exits()
     drain_s = procs.drain(connection, [queue_name], store)
-    report = finish(scenario, backend.id, seed, history_dir, queue_name, store=store, drain_s=drain_s,
-                    extra={"kills": pool.kills, "unexpected_exits": unexpected_exits, "rounds": done_rounds})
+    report = finish(
+        scenario,
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        drain_s=drain_s,
+        extra={"kills": pool.kills, "unexpected_exits": unexpected_exits, "rounds": done_rounds},
+    )
     assert report["attempted"] == report["acknowledged"] == seq
     assert report["lost"] == 0, report["lost_tags"]
     assert report["unexpected"] == 0
@@ -72,21 +92,55 @@ def storm(
 @pytest.mark.fault
 @pytest.mark.timeout(240)
 def test_kill_storm_loses_nothing(
-    backend: Backend, connection: Queue, maybe_store: Any, queue_name: str, history_dir: Path, seed: int,
+    backend: Backend,
+    connection: Queue,
+    maybe_store: Any,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
     run_id: str,
 ) -> None:
     """CI: 200 jobs of 10-50 ms, 2 workers, one SIGKILL a second: lost 0, duplicates <= kills, store empty."""
-    report = storm("A1-kill-storm", backend, connection, maybe_store, queue_name, history_dir, seed, run_id,
-                   jobs=200, kill_every=1.0, workers=2)
+    report = storm(
+        "A1-kill-storm",
+        backend,
+        connection,
+        maybe_store,
+        queue_name,
+        history_dir,
+        seed,
+        run_id,
+        jobs=200,
+        kill_every=1.0,
+        workers=2,
+    )
     assert report["kills"] >= 1
 
 
 @pytest.mark.soak
 @pytest.mark.timeout(int(soak_seconds()) + 900)
 def test_kill_storm_soak(
-    backend: Backend, connection: Queue, maybe_store: Any, queue_name: str, history_dir: Path, seed: int,
+    backend: Backend,
+    connection: Queue,
+    maybe_store: Any,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
     run_id: str,
 ) -> None:
     """Soak: rounds of 1000 jobs, 2 workers, a SIGKILL every 200 ms, VT 2 s, for KQ_SOAK_SECONDS."""
-    storm("A1-kill-storm-soak", backend, connection, maybe_store, queue_name, history_dir, seed, run_id,
-          jobs=1000, kill_every=0.2, workers=2, duration=soak_seconds(), visibility_timeout=2)
+    storm(
+        "A1-kill-storm-soak",
+        backend,
+        connection,
+        maybe_store,
+        queue_name,
+        history_dir,
+        seed,
+        run_id,
+        jobs=1000,
+        kill_every=0.2,
+        workers=2,
+        duration=soak_seconds(),
+        visibility_timeout=2,
+    )

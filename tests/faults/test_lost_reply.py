@@ -112,29 +112,37 @@ def test_a_lost_reply_is_an_error_the_server_saw_once_and_nothing_is_lost(
 
     # (a) the claim: reserved with the reply lost, so the job is leased to no one until VT passes.
     push(queue, Tagged(new_tag(run_id, 0)), queue_name)
-    outcomes["claim"] = {"raised": _cut(proxied, CLAIM, lambda: _process(queue, queue_name)),
-                         "reserved": store.column_where(queue_name, "reserved_token") is not None}
+    outcomes["claim"] = {
+        "raised": _cut(proxied, CLAIM, lambda: _process(queue, queue_name)),
+        "reserved": store.column_where(queue_name, "reserved_token") is not None,
+    }
     assert _process(queue, queue_name, timeout=10)  # reclaimed after VT and run
     assert store.remaining(queue_name) == 0
 
     # (b) the ack's DELETE, after the job ran: the worker stops on the error, the ack landed, no redelivery.
     push(queue, Tagged(new_tag(run_id, 1)), queue_name)
-    outcomes["ack"] = {"raised": _cut(proxied, ACK, lambda: _process(queue, queue_name)),
-                       "rows": store.remaining(queue_name)}
+    outcomes["ack"] = {
+        "raised": _cut(proxied, ACK, lambda: _process(queue, queue_name)),
+        "rows": store.remaining(queue_name),
+    }
     assert outcomes["ack"]["rows"] == 0
     assert not _process(queue, queue_name, timeout=2.5)
 
     # (c) the release's UPDATE (attempt 1 of 2 failed): applied once; one row; attempt 2 fails at the cap.
     push(queue, TaggedFails(new_tag(run_id, 2)), queue_name, max_attempts=2)
-    outcomes["release"] = {"raised": _cut(proxied, RELEASE, lambda: _process(queue, queue_name)),
-                           "rows": store.remaining(queue_name)}
+    outcomes["release"] = {
+        "raised": _cut(proxied, RELEASE, lambda: _process(queue, queue_name)),
+        "rows": store.remaining(queue_name),
+    }
     assert outcomes["release"]["rows"] == 1
     assert _process(queue, queue_name)  # attempt 2: recorded and failed
     assert store.remaining(queue_name) == 0
 
     # (d) push in autocommit: the INSERT ran; the caller got an exception; the job exists once, not twice.
-    outcomes["push"] = {"raised": _cut(proxied, INSERT, lambda: push_raising(queue, new_tag(run_id, 3), queue_name)),
-                        "rows": store.remaining(queue_name)}
+    outcomes["push"] = {
+        "raised": _cut(proxied, INSERT, lambda: push_raising(queue, new_tag(run_id, 3), queue_name)),
+        "rows": store.remaining(queue_name),
+    }
     assert outcomes["push"]["rows"] == 1
 
     # (d') push inside the caller's atomic(): the COMMIT ran, its reply was lost.
@@ -147,8 +155,16 @@ def test_a_lost_reply_is_an_error_the_server_saw_once_and_nothing_is_lost(
 
     # Nothing is lost: both pushes whose outcome was unknown run, once each.
     drain_s = procs.drain(queue, [queue_name], store)
-    report = finish("B4-lost-reply", backend.id, seed, history_dir, queue_name, store=store, drain_s=drain_s,
-                    extra={"cases": outcomes, "cuts": proxied.proxy.cuts})
+    report = finish(
+        "B4-lost-reply",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        drain_s=drain_s,
+        extra={"cases": outcomes, "cuts": proxied.proxy.cuts},
+    )
     assert report["cuts"] == 5 and report["store_remaining"] == 0
     assert report["lost"] == 0 and report["unexpected"] == 0
     # The release whose reply was lost did land: its retry counts as the one duplicate (no release.ok).

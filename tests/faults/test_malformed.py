@@ -39,8 +39,14 @@ def _canary_module(directory: Path, name: str, canary: Path) -> None:
 
 
 def test_malformed_messages_are_removed_once_and_never_run(
-    backend: Backend, connection: Queue, store: Any, queue_name: str, history_dir: Path, seed: int,
-    run_id: str, tmp_path: Path,
+    backend: Backend,
+    connection: Queue,
+    store: Any,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
+    run_id: str,
+    tmp_path: Path,
 ) -> None:
     pickle_canary, import_canary = tmp_path / "unpickled", tmp_path / "imported"
     armed = tmp_path / "armed"
@@ -87,18 +93,30 @@ def test_malformed_messages_are_removed_once_and_never_run(
             store.set_reservation(job_id, reserved_at, token)
             inconsistent.append(tag)
 
-    with procs.Pool(backend, [queue_name], history_dir, 2, "--sleep=1", "--stop-when-empty",
-                    pythonpath=[str(tmp_path / "modules")]) as pool:
+    with procs.Pool(
+        backend, [queue_name], history_dir, 2, "--sleep=1", "--stop-when-empty", pythonpath=[str(tmp_path / "modules")]
+    ) as pool:
         for process in pool.processes:
             process.wait(timeout=120)
     drain_s = procs.drain(connection, [queue_name], store)
 
     events = history.read(history_dir)
     new_modules = {m for e in events if e["e"] == "worker.exit" for m in e["new_modules"]}
-    report = finish("E-malformed", backend.id, seed, history_dir, queue_name, store=store, drain_s=drain_s,
-                    extra={"malformed_injected": len(malformed), "rebuild_failures_injected": len(rebuild),
-                           "canary_present": pickle_canary.exists() or import_canary.exists(),
-                           "exits": pool.exits})
+    report = finish(
+        "E-malformed",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        drain_s=drain_s,
+        extra={
+            "malformed_injected": len(malformed),
+            "rebuild_failures_injected": len(rebuild),
+            "canary_present": pickle_canary.exists() or import_canary.exists(),
+            "exits": pool.exits,
+        },
+    )
     assert report["malformed_settled"] == len(malformed)
     assert report["executed_unique"] == VALID_JOBS + len(inconsistent)
     if backend.atomic_reserve:  # SQS's visibility is best-effort (contract): a loaded machine may see a duplicate

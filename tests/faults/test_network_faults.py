@@ -73,8 +73,9 @@ def _ids(backend: Backend) -> str:
 
 
 @pytest.fixture
-def path(backend: Backend, connection: Queue, queue_name: str, seed: int,
-         monkeypatch: pytest.MonkeyPatch) -> Iterator[Route]:
+def path(
+    backend: Backend, connection: Queue, queue_name: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Route]:
     """The backend's fault route: a proxy in front of its server, and queues that go through it."""
     del connection  # requested first: it sets up the backend (moto's server, the test's SQS queue)
     made = route(backend, queue_name, seed, monkeypatch)
@@ -93,8 +94,11 @@ def _run_until_drained(store: Any, queue_name: str, pusher: Pusher | None, timeo
 
 def _within_bounds(timer: CallTimer, path: Route, *, skip: tuple[str, ...] = ()) -> dict[str, tuple[float, float]]:
     """Each operation's longest call beyond its wait, and its bound, where the bound was exceeded."""
-    return {op: (round(took, 2), round(path.bound(op), 2)) for op, took in timer.longest.items()
-            if op not in skip and took > path.bound(op)}
+    return {
+        op: (round(took, 2), round(path.bound(op), 2))
+        for op, took in timer.longest.items()
+        if op not in skip and took > path.bound(op)
+    }
 
 
 # -- C2: a blackhole longer than the client timeout ----------------------------------------------------
@@ -102,7 +106,13 @@ def _within_bounds(timer: CallTimer, path: Route, *, skip: tuple[str, ...] = ())
 
 @pytest.mark.parametrize("connection", NETWORKED, indirect=True, ids=_ids)
 def test_c2_blackhole_longer_than_the_client_timeout(
-    backend: Backend, connection: Queue, store: Any, path: Route, queue_name: str, history_dir: Path, seed: int,
+    backend: Backend,
+    connection: Queue,
+    store: Any,
+    path: Route,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
     run_id: str,
 ) -> None:
     """5 s of blackhole on every worker (and pusher) connection: no call outlasts its timeout + 1 s, nothing
@@ -132,11 +142,23 @@ def test_c2_blackhole_longer_than_the_client_timeout(
             dispose(pusher_queue)
     drain_s = procs.drain(connection, [queue_name], store)
     logged = dict(renewals.per_delivery)
-    report = finish("C2-blackhole-5s", backend.id, seed, history_dir, queue_name, store=store, drain_s=drain_s,
-                    extra={**timer.figures(), "bounds_s": {op: path.bound(op) for op in timer.longest},
-                           "hung_workers": hung, "worker_stops_by_cause": dict(workers.stops),
-                           "renewal_failures_logged": sum(logged.values()),
-                           "pushes_through_proxy": path.pushes_proxied})
+    report = finish(
+        "C2-blackhole-5s",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        drain_s=drain_s,
+        extra={
+            **timer.figures(),
+            "bounds_s": {op: path.bound(op) for op in timer.longest},
+            "hung_workers": hung,
+            "worker_stops_by_cause": dict(workers.stops),
+            "renewal_failures_logged": sum(logged.values()),
+            "pushes_through_proxy": path.pushes_proxied,
+        },
+    )
     assert hung == [], "a worker is still inside a call"
     assert _within_bounds(timer, path) == {}, timer.figures()
     assert report["lost"] == 0, report["lost_tags"]
@@ -149,7 +171,13 @@ def test_c2_blackhole_longer_than_the_client_timeout(
 
 @pytest.mark.parametrize("connection", SERVER_SQL, indirect=True, ids=_ids)
 def test_a_blackholed_sql_worker_call_raises_within_operation_timeout(
-    backend: Backend, connection: Queue, store: Any, path: Route, queue_name: str, history_dir: Path, seed: int,
+    backend: Backend,
+    connection: Queue,
+    store: Any,
+    path: Route,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
     run_id: str,
 ) -> None:
     """The SQL backend's OPERATION_TIMEOUT: a claimed job's ack into a blackhole raises OperationalError in
@@ -180,8 +208,16 @@ def test_a_blackholed_sql_worker_call_raises_within_operation_timeout(
     if _engine(backend).endswith("postgresql"):
         assert "OPERATION_TIMEOUT" in str(raised.value)
     drain_s = procs.drain(connection, [queue_name], store)
-    report = finish("C2-sql-operation-timeout", backend.id, seed, history_dir, queue_name, store=store,
-                    drain_s=drain_s, extra={"ack_raised_after_s": round(took, 2), "bound_s": path.bound("ack")})
+    report = finish(
+        "C2-sql-operation-timeout",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        drain_s=drain_s,
+        extra={"ack_raised_after_s": round(took, 2), "bound_s": path.bound("ack")},
+    )
     assert report["lost"] == 0 and report["store_remaining"] == 0 and report["executions"] == 1
 
 
@@ -193,30 +229,78 @@ JOBS_C1 = 60
 
 @pytest.mark.parametrize("connection", NETWORKED, indirect=True, ids=_ids)
 def test_c1_random_resets_on_the_worker_connections(
-    backend: Backend, connection: Queue, store: Any, path: Route, queue_name: str, history_dir: Path, seed: int,
+    backend: Backend,
+    connection: Queue,
+    store: Any,
+    path: Route,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
     run_id: str,
 ) -> None:
     """60 jobs, 2 workers, an RST on every worker connection every 0.5-1 s: lost 0, unexpected 0, and at
     most one duplicate per connection reset (a worker holds at most one delivery)."""
-    _reset_storm("C1-lite-resets", backend, connection, store, path, queue_name, history_dir, seed, run_id,
-                 jobs=JOBS_C1, every=(0.5, 1.0), timeout=60)
+    _reset_storm(
+        "C1-lite-resets",
+        backend,
+        connection,
+        store,
+        path,
+        queue_name,
+        history_dir,
+        seed,
+        run_id,
+        jobs=JOBS_C1,
+        every=(0.5, 1.0),
+        timeout=60,
+    )
 
 
 @pytest.mark.soak
 @pytest.mark.timeout(int(soak_seconds()) + 900)
 @pytest.mark.parametrize("connection", NETWORKED, indirect=True, ids=_ids)
 def test_c1_random_resets_soak(
-    backend: Backend, connection: Queue, store: Any, path: Route, queue_name: str, history_dir: Path, seed: int,
+    backend: Backend,
+    connection: Queue,
+    store: Any,
+    path: Route,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
     run_id: str,
 ) -> None:
     """Soak: 500 jobs (scaled by KQ_SOAK_SECONDS), 2 workers, a reset every U(0.5, 2) s."""
-    _reset_storm("C1-resets-soak", backend, connection, store, path, queue_name, history_dir, seed, run_id,
-                 jobs=max(100, int(500 * soak_scale())), every=(0.5, 2.0), timeout=soak_seconds() + 600)
+    _reset_storm(
+        "C1-resets-soak",
+        backend,
+        connection,
+        store,
+        path,
+        queue_name,
+        history_dir,
+        seed,
+        run_id,
+        jobs=max(100, int(500 * soak_scale())),
+        every=(0.5, 2.0),
+        timeout=soak_seconds() + 600,
+    )
 
 
-def _reset_storm(scenario: str, backend: Backend, connection: Queue, store: Any, path: Route, queue_name: str,
-                 history_dir: Path, seed: int, run_id: str, *, jobs: int, every: tuple[float, float],
-                 timeout: float) -> None:
+def _reset_storm(
+    scenario: str,
+    backend: Backend,
+    connection: Queue,
+    store: Any,
+    path: Route,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
+    run_id: str,
+    *,
+    jobs: int,
+    every: tuple[float, float],
+    timeout: float,
+) -> None:
     rng = random.Random(seed)
     timer = CallTimer()
     for i in range(jobs):
@@ -234,9 +318,22 @@ def _reset_storm(scenario: str, backend: Backend, connection: Queue, store: Any,
             resets += 1
         hung = workers.halt()
     drain_s = procs.drain(connection, [queue_name], store)
-    report = finish(scenario, backend.id, seed, history_dir, queue_name, store=store, drain_s=drain_s,
-                    extra={**timer.figures(), "resets": resets, "connections_reset": connections_reset,
-                           "hung_workers": hung, "worker_stops_by_cause": dict(workers.stops)})
+    report = finish(
+        scenario,
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        drain_s=drain_s,
+        extra={
+            **timer.figures(),
+            "resets": resets,
+            "connections_reset": connections_reset,
+            "hung_workers": hung,
+            "worker_stops_by_cause": dict(workers.stops),
+        },
+    )
     assert hung == []
     assert report["attempted"] == report["acknowledged"] == report["executed_unique"] == jobs
     assert report["lost"] == 0, report["lost_tags"]
@@ -253,7 +350,13 @@ def _reset_storm(scenario: str, backend: Backend, connection: Queue, store: Any,
 @pytest.mark.timeout(int(soak_seconds()) + 900)
 @pytest.mark.parametrize("connection", NETWORKED, indirect=True, ids=_ids)
 def test_c3_latency_soak(
-    backend: Backend, connection: Queue, store: Any, queue_name: str, history_dir: Path, seed: int, run_id: str,
+    backend: Backend,
+    connection: Queue,
+    store: Any,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
+    run_id: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Soak: 100 +/- 50 ms each way on every worker connection, VT 2 s, 300 jobs (scaled): correctness
@@ -275,9 +378,21 @@ def test_c3_latency_soak(
     finally:
         slow.close()
     drain_s = procs.drain(connection, [queue_name], store)
-    report = finish("C3-latency-soak", backend.id, seed, history_dir, queue_name, store=store, drain_s=drain_s,
-                    extra={**timer.figures(), "jobs_per_s": round(jobs / elapsed, 2), "hung_workers": hung,
-                           "worker_stops_by_cause": dict(workers.stops)})
+    report = finish(
+        "C3-latency-soak",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        drain_s=drain_s,
+        extra={
+            **timer.figures(),
+            "jobs_per_s": round(jobs / elapsed, 2),
+            "hung_workers": hung,
+            "worker_stops_by_cause": dict(workers.stops),
+        },
+    )
     assert hung == [] and report["lost"] == 0 and report["unexpected"] == 0 and report["store_remaining"] == 0
     assert report["overlapping_live_leases"] == 0
     assert report["executed_unique"] == jobs
@@ -320,9 +435,21 @@ def test_b2_redis_client_pause_then_client_kill(
             _run_until_drained(store, queue_name, pusher)
             hung = workers.halt()
         drain_s = procs.drain(direct, [queue_name], store)
-        report = finish("B2-redis-pause-kill", backend.id, seed, history_dir, queue_name, store=store,
-                        drain_s=drain_s, extra={**timer.figures(), "clients_killed": killed, "hung_workers": hung,
-                                                "worker_stops_by_cause": dict(workers.stops)})
+        report = finish(
+            "B2-redis-pause-kill",
+            backend.id,
+            seed,
+            history_dir,
+            queue_name,
+            store=store,
+            drain_s=drain_s,
+            extra={
+                **timer.figures(),
+                "clients_killed": killed,
+                "hung_workers": hung,
+                "worker_stops_by_cause": dict(workers.stops),
+            },
+        )
     finally:
         for client in (pauser, killer):
             client.close()
@@ -345,12 +472,23 @@ def _close_rabbitmq_connections(name: str) -> int:
     ctl = "/usr/sbin/rabbitmqctl"
     if not os.access(ctl, os.X_OK):
         pytest.skip("rabbitmqctl is not available")
-    listed = subprocess.run([ctl, "-q", "list_connections", "pid", "client_properties"], capture_output=True,
-                            text=True, timeout=60, check=True).stdout
+    listed = subprocess.run(
+        [ctl, "-q", "list_connections", "pid", "client_properties"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     ours = f'"kinetis_queue {name} (pid {os.getpid()})"'
     pids = [line.split("\t", 1)[0] for line in listed.splitlines() if ours in line]
-    closing = [subprocess.Popen([ctl, "-q", "close_connection", pid, "kinetis_queue fault test B5"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for pid in pids]
+    closing = [
+        subprocess.Popen(
+            [ctl, "-q", "close_connection", pid, "kinetis_queue fault test B5"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for pid in pids
+    ]
     for process in closing:
         process.wait(timeout=60)
     return len(pids)
@@ -388,9 +526,21 @@ def test_b5_rabbitmq_closes_the_connections_of_this_test(
     finally:
         dispose(pusher_queue)
     drain_s = procs.drain(connection, [queue_name], store)
-    report = finish("B5-rabbitmq-close-connections", backend.id, seed, history_dir, queue_name, store=store,
-                    drain_s=drain_s, extra={**timer.figures(), "connections_closed": closed, "hung_workers": hung,
-                                            "worker_stops_by_cause": dict(workers.stops)})
+    report = finish(
+        "B5-rabbitmq-close-connections",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        drain_s=drain_s,
+        extra={
+            **timer.figures(),
+            "connections_closed": closed,
+            "hung_workers": hung,
+            "worker_stops_by_cause": dict(workers.stops),
+        },
+    )
     assert closed >= 1 and hung == []
     assert report["attempted"] == 100
     assert report["lost"] == 0, report["lost_tags"]
@@ -414,8 +564,11 @@ class PrivateMoto(PrivateServer):
 
     def start(self) -> None:
         with self.log.open("ab") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                                             str(self.port)], stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         wait_until(self._answers, timeout=30, interval=0.05)
 
     def _answers(self) -> bool:
@@ -424,7 +577,6 @@ class PrivateMoto(PrivateServer):
             return True
         except Exception:
             return False
-
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -447,7 +599,12 @@ def _cpu_seconds(pid: int) -> float:
 
 @pytest.mark.parametrize("backend", SQS, ids=_ids)
 def test_b7_sqs_endpoint_down_stops_the_worker_without_a_hot_spin(
-    backend: Backend, tmp_path: Path, queue_name: str, history_dir: Path, seed: int, run_id: str,
+    backend: Backend,
+    tmp_path: Path,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
+    run_id: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A private moto is SIGKILLed under ``queue_work --processes 1`` and started again: push raises, the
@@ -467,11 +624,26 @@ def test_b7_sqs_endpoint_down_stops_the_worker_without_a_hot_spin(
     try:
         moto.admin.create_queue(QueueName=queue_name)
         worker_env = {**procs.env(history_dir), ENDPOINT_VARIABLE: moto.endpoint}
-        worker = [sys.executable, "-m", "django", "queue_work", f"--connection={backend.connection}",
-                  f"--queue={queue_name}", "--sleep=0.5", "--backoff=0", "-v", "0"]
+        worker = [
+            sys.executable,
+            "-m",
+            "django",
+            "queue_work",
+            f"--connection={backend.connection}",
+            f"--queue={queue_name}",
+            "--sleep=0.5",
+            "--backoff=0",
+            "-v",
+            "0",
+        ]
         with output.open("wb") as out:  # queue_work --processes N's parent, with one child
-            supervisor = subprocess.Popen([sys.executable, "-c", SUPERVISE, *worker], env=worker_env, cwd=procs.ROOT,
-                                          stdout=out, stderr=subprocess.STDOUT)
+            supervisor = subprocess.Popen(
+                [sys.executable, "-c", SUPERVISE, *worker],
+                env=worker_env,
+                cwd=procs.ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         for i in range(3):
             push(queue, Tagged(new_tag(run_id, i)), queue_name)
         wait_until(lambda: _done(history_dir) >= 3, timeout=60)  # the worker runs
@@ -496,9 +668,19 @@ def test_b7_sqs_endpoint_down_stops_the_worker_without_a_hot_spin(
             supervisor.wait(timeout=30)
         dispose(queue)
         moto.stop()
-    report = finish("B7-sqs-endpoint-down", backend.id, seed, history_dir, queue_name,
-                    extra={"push_error_after_s": round(time_to_error, 2), "outage_window_s": round(window, 2),
-                           "restarts": restarts, "cpu_percent_during_outage": round(100 * cpu / window, 1)})
+    report = finish(
+        "B7-sqs-endpoint-down",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        extra={
+            "push_error_after_s": round(time_to_error, 2),
+            "outage_window_s": round(window, 2),
+            "restarts": restarts,
+            "cpu_percent_during_outage": round(100 * cpu / window, 1),
+        },
+    )
     assert time_to_error <= CONNECT_TIMEOUT + 1
     assert report["executed_unique"] == 3 and report["lost"] == 0 and report["failed"] == 1
     # The worker stopped on its transport error, and the supervisor's doubling pause (1 s, 2 s, ...) bounds
@@ -507,8 +689,10 @@ def test_b7_sqs_endpoint_down_stops_the_worker_without_a_hot_spin(
 
 
 #: The parent of ``queue_work --processes N`` (kinetis_queue.supervisor), run with one child: the command line.
-SUPERVISE = ("import sys; from kinetis_queue.supervisor import Supervisor; "
-             "sys.exit(Supervisor(sys.argv[1:], 1, say=lambda line: print(line, flush=True)).run())")
+SUPERVISE = (
+    "import sys; from kinetis_queue.supervisor import Supervisor; "
+    "sys.exit(Supervisor(sys.argv[1:], 1, say=lambda line: print(line, flush=True)).run())"
+)
 
 
 def _done(history_dir: Path) -> int:
@@ -533,7 +717,13 @@ class FailedJobsTo:
 @pytest.mark.parametrize("connection", REDIS, indirect=True, ids=_ids)
 @pytest.mark.skipif(not POSTGRES, reason="needs the PostgreSQL test database")
 def test_b9_failed_job_store_down_during_record(
-    backend: Backend, connection: Queue, store: Any, queue_name: str, history_dir: Path, seed: int, run_id: str,
+    backend: Backend,
+    connection: Queue,
+    store: Any,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
+    run_id: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Jobs on Redis, FailedJob on PostgreSQL behind a proxy that refuses, then resets, at the final failure:
@@ -557,9 +747,20 @@ def test_b9_failed_job_store_down_during_record(
                 hung = workers.halt()
             drain_s = procs.drain(connection, [queue_name], store)
             records = failed_records(queue_name)
-            report = finish("B9-failed-store-down", backend.id, seed, history_dir, queue_name, store=store,
-                            drain_s=drain_s, extra={"record_failures": _record_stops(workers), "hung_workers": hung,
-                                                    "worker_stops_by_cause": dict(workers.stops)})
+            report = finish(
+                "B9-failed-store-down",
+                backend.id,
+                seed,
+                history_dir,
+                queue_name,
+                store=store,
+                drain_s=drain_s,
+                extra={
+                    "record_failures": _record_stops(workers),
+                    "hung_workers": hung,
+                    "worker_stops_by_cause": dict(workers.stops),
+                },
+            )
     finally:
         pg.close()
     failed = {e["tag"] for e in history.read(history_dir) if e["e"] == "settle.fail.ok"}

@@ -44,8 +44,15 @@ def test_concurrent_poppers_never_share_a_delivery(
     pops = [e["tag"] for e in history.read(history_dir) if e["e"] == "pop"]
     double = len(pops) - len(set(pops))
     store = stores.store_for(backend, connection)
-    report = finish("G1-concurrent-poppers", backend.id, seed, history_dir, queue_name, store=store,
-                    extra={"double_deliveries": double, "pops": len(pops), "pops_per_s": round(len(pops) / elapsed)})
+    report = finish(
+        "G1-concurrent-poppers",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        extra={"double_deliveries": double, "pops": len(pops), "pops_per_s": round(len(pops) / elapsed)},
+    )
     if backend.atomic_reserve:
         assert double == 0, "a job was reserved by two poppers at once"
     assert codes == [0, 0] and report["worker_stops"] == 0

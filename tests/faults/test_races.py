@@ -47,20 +47,32 @@ pytestmark = pytest.mark.trait("stores_jobs")
 
 def _only(backend_id: str) -> pytest.MarkDecorator:
     """Parametrize the ``connection`` fixture with one backend (no skipped rows for the others)."""
-    return pytest.mark.parametrize("connection", [b for b in BACKENDS if b.id == backend_id], indirect=True,
-                                   ids=lambda b: b.id)
+    return pytest.mark.parametrize(
+        "connection", [b for b in BACKENDS if b.id == backend_id], indirect=True, ids=lambda b: b.id
+    )
 
 
 def _expire_reservations(database: str, queue: str) -> None:
     """A popper that stopped on an error may hold a delivery for the 60 s VT: let the drain reclaim it now."""
     with db_connections[database].cursor() as cursor:
-        cursor.execute("UPDATE kinetis_queue_jobs SET reserved_at = reserved_at - 86400 "
-                       "WHERE queue = %s AND reserved_at IS NOT NULL", [queue])
+        cursor.execute(
+            "UPDATE kinetis_queue_jobs SET reserved_at = reserved_at - 86400 "
+            "WHERE queue = %s AND reserved_at IS NOT NULL",
+            [queue],
+        )
 
 
 def popper_race(
-    scenario: str, backend: Backend, connection: Queue, queue_name: str, history_dir: Path, seed: int,
-    run_id: str, *, jobs: int, isolation: str | None = None,
+    scenario: str,
+    backend: Backend,
+    connection: Queue,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
+    run_id: str,
+    *,
+    jobs: int,
+    isolation: str | None = None,
 ) -> dict[str, Any]:
     """The G1 load: ``jobs`` ready jobs, 2 popper processes x 4 threads (tests/support/popper.py), then a drain."""
     for i in range(jobs):
@@ -82,10 +94,23 @@ def popper_race(
     events = history.read(history_dir)
     pops = [e["tag"] for e in events if e["e"] == "pop"]
     errors = sorted({str(e.get("error")) for e in events if e["e"] == "worker.stop"})
-    report = finish(scenario, backend.id, seed, history_dir, queue_name, store=store, drain_s=drain_s, extra={
-        "isolation": isolation, "double_deliveries": len(pops) - len(set(pops)), "pops": len(pops),
-        "pops_per_s": round(len(pops) / elapsed), "popper_exits": codes, "popper_errors": errors,
-    })
+    report = finish(
+        scenario,
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        drain_s=drain_s,
+        extra={
+            "isolation": isolation,
+            "double_deliveries": len(pops) - len(set(pops)),
+            "pops": len(pops),
+            "pops_per_s": round(len(pops) / elapsed),
+            "popper_exits": codes,
+            "popper_errors": errors,
+        },
+    )
     assert report["double_deliveries"] == 0, "a job was reserved by two poppers at once"
     assert report["lost"] == 0 and report["unexpected"] == 0 and report["executed_unique"] == jobs
     assert report["store_remaining"] == 0
@@ -103,8 +128,17 @@ def test_read_committed_poppers_never_share_a_delivery(
     backend: Backend, connection: Queue, queue_name: str, history_dir: Path, seed: int, run_id: str
 ) -> None:
     """G3 (CI): the G1 load with every popper connection at READ COMMITTED."""
-    popper_race("G3-isolation-read-committed", backend, connection, queue_name, history_dir, seed, run_id,
-                jobs=400, isolation="read committed")
+    popper_race(
+        "G3-isolation-read-committed",
+        backend,
+        connection,
+        queue_name,
+        history_dir,
+        seed,
+        run_id,
+        jobs=400,
+        isolation="read committed",
+    )
 
 
 @pytest.mark.fault
@@ -156,10 +190,20 @@ def test_a_serializable_alias_still_claims_at_read_committed(
     finally:
         shared.settings_dict["OPTIONS"] = saved
         queue.dispose()
-    report = finish("G3-isolation-serializable-alias", backend.id, seed, history_dir, queue_name,
-                    store=stores.store_for(backend, connection),
-                    extra={"isolation": "serializable (alias and session default)", "pops": len(popped),
-                           "double_deliveries": len(popped) - len(set(popped)), "popper_errors": errors})
+    report = finish(
+        "G3-isolation-serializable-alias",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=stores.store_for(backend, connection),
+        extra={
+            "isolation": "serializable (alias and session default)",
+            "pops": len(popped),
+            "double_deliveries": len(popped) - len(set(popped)),
+            "popper_errors": errors,
+        },
+    )
     assert errors == []
     assert len(popped) == len(set(popped)) == 200
     assert report["store_remaining"] == 0
@@ -172,8 +216,17 @@ def test_serializable_poppers_never_share_a_delivery_soak(
     backend: Backend, connection: Queue, queue_name: str, history_dir: Path, seed: int, run_id: str
 ) -> None:
     """G3 (soak): the G1 load (2000 jobs) with every popper connection at SERIALIZABLE."""
-    popper_race("G3-isolation-serializable-soak", backend, connection, queue_name, history_dir, seed, run_id,
-                jobs=2000, isolation="serializable")
+    popper_race(
+        "G3-isolation-serializable-soak",
+        backend,
+        connection,
+        queue_name,
+        history_dir,
+        seed,
+        run_id,
+        jobs=2000,
+        isolation="serializable",
+    )
 
 
 # -- G5: MariaDB -----------------------------------------------------------------------------------
@@ -200,8 +253,17 @@ def test_mariadb_poppers_and_case_only_tokens_soak(
         assert store.snapshot(own) == before
     connection.ack(live)
     assert store.remaining(own) == 0
-    popper_race("G5-mariadb-poppers-soak", backend, connection, queue_name, history_dir, seed, run_id,
-                jobs=2000, isolation="read committed")
+    popper_race(
+        "G5-mariadb-poppers-soak",
+        backend,
+        connection,
+        queue_name,
+        history_dir,
+        seed,
+        run_id,
+        jobs=2000,
+        isolation="read committed",
+    )
 
 
 # -- G2: priority under contention -----------------------------------------------------------------
@@ -210,7 +272,12 @@ def test_mariadb_poppers_and_case_only_tokens_soak(
 @pytest.mark.soak
 @pytest.mark.timeout(int(soak_seconds()) + 900)
 def test_priority_holds_under_contention_soak(
-    backend: Backend, long_lease: Queue, queue_name: str, history_dir: Path, seed: int, run_id: str,
+    backend: Backend,
+    long_lease: Queue,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
+    run_id: str,
     request: pytest.FixtureRequest,
 ) -> None:
     """G2 (soak): 200 jobs backlogged per queue, then pushes to all three for up to a minute, 4 popping threads.
@@ -221,9 +288,15 @@ def test_priority_holds_under_contention_soak(
     The visibility timeout is an hour, so a slow ack never meets a reclaimed lease.
     """
     if backend.id == "sql-mariadb":
-        request.applymarker(pytest.mark.xfail(strict=False, reason=(
-            "MariaDB 10.11: a few pops (3 in about 2,400) skip a committed, unlocked job of a higher queue, "
-            "claimed a few ms later; reported, cause not found")))
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=False,
+                reason=(
+                    "MariaDB 10.11: a few pops (3 in about 2,400) skip a committed, unlocked job of a higher queue, "
+                    "claimed a few ms later; reported, cause not found"
+                ),
+            )
+        )
     if backend.setup is not None:  # SQS: create this test's queues on first use; RabbitMQ: delete them after
         request.getfixturevalue(backend.setup).prepare(long_lease)
     names = [f"{queue_name}-high", f"{queue_name}-default", f"{queue_name}-low"]
@@ -290,16 +363,31 @@ def test_priority_holds_under_contention_soak(
             times, latest_claim = timeline[level]
             index = bisect.bisect_left(times, start)
             if index and latest_claim[index - 1] > end:  # ... and claimed only by a pop begun after it ended
-                inversions.append({"pop_s": round(end - start, 4), "got": names[pushed[tag][0]][-4:],
-                                   "waiting": names[level][-4:],
-                                   "claimed_after_s": round(latest_claim[index - 1] - end, 4)})
+                inversions.append(
+                    {
+                        "pop_s": round(end - start, 4),
+                        "got": names[pushed[tag][0]][-4:],
+                        "waiting": names[level][-4:],
+                        "claimed_after_s": round(latest_claim[index - 1] - end, 4),
+                    }
+                )
                 break
     low_waits = [popped_by[tag] - at for tag, (level, at) in pushed.items() if level == 2 and tag in popped_by]
-    report = finish("G2-priority-soak", backend.id, seed, history_dir, names[0], extra={
-        "pops": len(pops), "pushed": len(pushed), "priority_inversions": len(inversions),
-        "inversion_examples": inversions[:5],
-        "max_wait_low_s": round(max(low_waits), 2) if low_waits else None, "popper_errors": errors,
-    })
+    report = finish(
+        "G2-priority-soak",
+        backend.id,
+        seed,
+        history_dir,
+        names[0],
+        extra={
+            "pops": len(pops),
+            "pushed": len(pushed),
+            "priority_inversions": len(inversions),
+            "inversion_examples": inversions[:5],
+            "max_wait_low_s": round(max(low_waits), 2) if low_waits else None,
+            "popper_errors": errors,
+        },
+    )
     assert errors == []
     assert len(popped_by) == len(pushed) and report["lost"] == 0, "a pushed job was never popped"
     if backend.atomic_reserve:

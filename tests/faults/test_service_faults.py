@@ -49,8 +49,9 @@ class Pusher(threading.Thread):
             time.sleep(1 / self.rate)
 
 
-def _run_until_drained(pool: procs.Pool, store: Any, queue_name: str, pusher: threading.Thread | None,
-                       timeout: float = 120) -> None:
+def _run_until_drained(
+    pool: procs.Pool, store: Any, queue_name: str, pusher: threading.Thread | None, timeout: float = 120
+) -> None:
     """Replace stopped workers until the pusher is done and the store is empty."""
     deadline = time.monotonic() + timeout
     while (pusher is not None and pusher.is_alive()) or store.remaining(queue_name):
@@ -96,8 +97,16 @@ def test_redis_sigkill_and_restart_loses_no_acknowledged_push(
             _run_until_drained(pool, store, queue_name, pusher)
             hung = _stop_all(pool)
         drain_s = procs.drain(queue, [queue_name], store)
-        report = finish("B1-redis-sigkill-aof-always", backend.id, seed, history_dir, queue_name, store=store,
-                        drain_s=drain_s, extra={"hung_workers": hung, "worker_exit_codes": sorted(set(pool.exits))})
+        report = finish(
+            "B1-redis-sigkill-aof-always",
+            backend.id,
+            seed,
+            history_dir,
+            queue_name,
+            store=store,
+            drain_s=drain_s,
+            extra={"hung_workers": hung, "worker_exit_codes": sorted(set(pool.exits))},
+        )
     finally:
         if isinstance(queue, DisposableQueue):
             queue.dispose()
@@ -126,9 +135,16 @@ def test_pg_terminate_backend_burst_loses_nothing(
         _run_until_drained(pool, store, queue_name, None)
         hung = _stop_all(pool)
     drain_s = procs.drain(queue, [queue_name], store)
-    report = finish("B3-pg-terminate-burst", backend.id, seed, history_dir, queue_name, store=store,
-                    drain_s=drain_s, extra={"terminations": terminated, "hung_workers": hung,
-                                            "worker_exit_codes": sorted(set(pool.exits))})
+    report = finish(
+        "B3-pg-terminate-burst",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        drain_s=drain_s,
+        extra={"terminations": terminated, "hung_workers": hung, "worker_exit_codes": sorted(set(pool.exits))},
+    )
     if isinstance(queue, DisposableQueue):
         queue.dispose()
     assert report["lost"] == 0 and report["unexpected"] == 0 and report["executed_unique"] == 200

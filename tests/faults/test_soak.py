@@ -52,15 +52,17 @@ class Pusher(threading.Thread):
     def run(self) -> None:
         try:
             while not self.halt.wait(1 / RATE):
-                push(self.queue, Tagged(new_tag(self.run_id, self.pushed), ms=self.rng.randint(10, 50)),
-                     self.queue_name)
+                push(
+                    self.queue, Tagged(new_tag(self.run_id, self.pushed), ms=self.rng.randint(10, 50)), self.queue_name
+                )
                 self.pushed += 1
         finally:
             db_connections.close_all()
 
 
-def _catalogue(pool: procs.Pool, proxy: FaultProxy | None, store: Any, rng: random.Random
-               ) -> dict[str, Callable[[], None]]:
+def _catalogue(
+    pool: procs.Pool, proxy: FaultProxy | None, store: Any, rng: random.Random
+) -> dict[str, Callable[[], None]]:
     def pick() -> int:
         return rng.randrange(len(pool.processes))
 
@@ -74,8 +76,9 @@ def _catalogue(pool: procs.Pool, proxy: FaultProxy | None, store: Any, rng: rand
     def skewed_restart() -> None:
         pool.kill(pick(), signal.SIGTERM)
         history.record("fault.skewed_restart", None, skew="+3s")
-        pool.processes.append(procs.spawn(pool.backend, pool.queues, pool.history_dir, *pool.args,
-                                          **{**pool.knobs, "faketime": "+3s"}))
+        pool.processes.append(
+            procs.spawn(pool.backend, pool.queues, pool.history_dir, *pool.args, **{**pool.knobs, "faketime": "+3s"})
+        )
 
     faults: dict[str, Callable[[], None]] = {
         "kill": lambda: pool.kill(pick()) and None,
@@ -86,6 +89,7 @@ def _catalogue(pool: procs.Pool, proxy: FaultProxy | None, store: Any, rng: rand
     if store.service_fault() is not None:  # probe once: None means this backend has none
         faults["service"] = lambda: history.record("fault.service", None, what=store.service_fault())
     if proxy is not None:
+
         def reset() -> None:
             proxy.set(Reset())
             time.sleep(0.2)
@@ -136,9 +140,21 @@ def test_composite_nemesis(
         if proxy is not None:
             proxy.close()
     drain_s = procs.drain(connection, [queue_name], store, timeout=300)
-    report = finish("composite-nemesis-soak", backend.id, seed, history_dir, queue_name, store=store,
-                    drain_s=drain_s, extra={"faults": applied, "duration_s": soak_seconds(), "kills": pool.kills,
-                                            "worker_exit_codes": sorted(set(pool.exits))})
+    report = finish(
+        "composite-nemesis-soak",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=store,
+        drain_s=drain_s,
+        extra={
+            "faults": applied,
+            "duration_s": soak_seconds(),
+            "kills": pool.kills,
+            "worker_exit_codes": sorted(set(pool.exits)),
+        },
+    )
     assert report["attempted"] == pusher.pushed
     assert report["lost"] == 0, report["lost_tags"]
     assert report["unexpected"] == 0

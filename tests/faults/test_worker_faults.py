@@ -56,15 +56,18 @@ def on(rows: list[Backend]) -> pytest.MarkDecorator:
 
 def events(history_dir: Path, name: str, tag: str | None = None, pid: int | None = None) -> list[dict[str, Any]]:
     """The history's ``name`` events, optionally of one tag and one process, in monotonic order."""
-    return [e for e in history.read(history_dir)
-            if e["e"] == name and (tag is None or e["tag"] == tag) and (pid is None or e["pid"] == pid)]
+    return [
+        e
+        for e in history.read(history_dir)
+        if e["e"] == name and (tag is None or e["tag"] == tag) and (pid is None or e["pid"] == pid)
+    ]
 
 
-def await_event(history_dir: Path, name: str, tag: str | None = None, pid: int | None = None,
-                timeout: float = 30) -> dict[str, Any]:
+def await_event(
+    history_dir: Path, name: str, tag: str | None = None, pid: int | None = None, timeout: float = 30
+) -> dict[str, Any]:
     """The first ``name`` event (of ``tag``, from ``pid``) once one has been written."""
-    found: dict[str, Any] = wait_until(lambda: next(iter(events(history_dir, name, tag, pid)), None),
-                                       timeout=timeout)
+    found: dict[str, Any] = wait_until(lambda: next(iter(events(history_dir, name, tag, pid)), None), timeout=timeout)
     return found
 
 
@@ -83,20 +86,26 @@ def settled_view(store: Any, queue_name: str) -> Any:
     """The store's jobs and reservations without the live lease's expiry (which its renewals move)."""
     if isinstance(store, stores.RedisStore):
         keys = store._keys(queue_name)
-        return (store.client.lrange(keys.pending, 0, -1), store.client.zrange(keys.delayed, 0, -1, withscores=True),
-                store.client.zrange(keys.leased, 0, -1))
+        return (
+            store.client.lrange(keys.pending, 0, -1),
+            store.client.zrange(keys.delayed, 0, -1, withscores=True),
+            store.client.zrange(keys.leased, 0, -1),
+        )
     assert isinstance(store, stores.SqlStore)
     return store._execute(
         f"SELECT id, job_id, args, attempts, available_at, reserved_token FROM {stores.TABLE} "
-        "WHERE queue = %s ORDER BY id", [queue_name])
+        "WHERE queue = %s ORDER BY id",
+        [queue_name],
+    )
 
 
 def failed_record_errors(queue_name: str) -> list[tuple[str, str, str]]:
     """(job class, exception class, message) of each FailedJob record of the queue: what went wrong, if anything."""
     from kinetis_queue.models import FailedJob
 
-    return list(FailedJob.objects.filter(queue=queue_name).values_list("job_class", "exception_class",
-                                                                        "exception_message"))
+    return list(
+        FailedJob.objects.filter(queue=queue_name).values_list("job_class", "exception_class", "exception_message")
+    )
 
 
 def stop_all(*processes: subprocess.Popen[bytes]) -> None:
@@ -130,7 +139,12 @@ def drain(backend: Backend, connection: Queue, queue_names: list[str], store: An
 @on(FAULT_BACKENDS)
 @pytest.mark.timeout(120)
 def test_a3_frozen_worker_is_overtaken_and_its_late_ack_follows_the_contract(
-    backend: Backend, connection: Queue, maybe_store: Any, queue_name: str, history_dir: Path, seed: int,
+    backend: Backend,
+    connection: Queue,
+    maybe_store: Any,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
     run_id: str,
 ) -> None:
     """A3: the holder of a job two leases long is SIGSTOPped until another worker has the job, then SIGCONTed
@@ -172,11 +186,22 @@ def test_a3_frozen_worker_is_overtaken_and_its_late_ack_follows_the_contract(
         outcome = "ack raised " + " from ".join(holder_stops[0]["cause"]) + "; worker stopped"
     else:
         outcome = "accepted" if holder_acks else "none"
-    report = finish("A3-frozen-worker", backend.id, seed, history_dir, queue_name, store=maybe_store,
-                    drain_s=drain_s, extra={
-                        "redelivery_s": round(second["mono"] - first["mono"], 3), "stale_outcome": outcome,
-                        "attempts": [first["attempt"], second["attempt"]], "exit_codes": [holder_code, other_code],
-                        "live_ack_before_stale": live_acked_first})
+    report = finish(
+        "A3-frozen-worker",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=maybe_store,
+        drain_s=drain_s,
+        extra={
+            "redelivery_s": round(second["mono"] - first["mono"], 3),
+            "stale_outcome": outcome,
+            "attempts": [first["attempt"], second["attempt"]],
+            "exit_codes": [holder_code, other_code],
+            "live_ack_before_stale": live_acked_first,
+        },
+    )
     assert report["lost"] == 0 and report["unexpected"] == 0
     assert report["executions"] == 2 and report["executed_unique"] == 1
     assert report["store_remaining"] in (0, None)
@@ -185,7 +210,8 @@ def test_a3_frozen_worker_is_overtaken_and_its_late_ack_follows_the_contract(
     assert other_code == 0
     if backend.fenced:
         assert [(e["pid"], e["error"], e["error_operation"]) for e in stale] == [
-            (holder.pid, "StaleJobHandleError", "ack")]
+            (holder.pid, "StaleJobHandleError", "ack")
+        ]
         assert holder_acks == [] and holder_code == 0
         assert second["attempt"] == first["attempt"] + 1
         assert report["stale_rejected"] == 1 and report["stale_accepted"] == 0 and report["acked_twice"] == 0
@@ -206,7 +232,12 @@ def test_a3_frozen_worker_is_overtaken_and_its_late_ack_follows_the_contract(
 @on(FAULT_BACKENDS)
 @pytest.mark.timeout(120)
 def test_a4_sigterm_and_sigint_let_the_running_job_finish_and_stop_the_worker(
-    backend: Backend, connection: Queue, maybe_store: Any, queue_name: str, history_dir: Path, seed: int,
+    backend: Backend,
+    connection: Queue,
+    maybe_store: Any,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
     run_id: str,
 ) -> None:
     """A4: SIGTERM / SIGINT mid-job: the job finishes and acks, the worker exits 0 without popping again.
@@ -242,8 +273,9 @@ def test_a4_sigterm_and_sigint_let_the_running_job_finish_and_stop_the_worker(
     late = f"{tags['idle']}-late"
     figures["late_job_taken_by_interrupted_pop"] = bool(events(history_dir, "exec.start", late, workers["idle"].pid))
     drain_s = drain(backend, connection, list(names.values()), maybe_store)
-    report = finish("A4-graceful-stop", backend.id, seed, history_dir, queue_name, store=maybe_store,
-                    drain_s=drain_s, extra=figures)
+    report = finish(
+        "A4-graceful-stop", backend.id, seed, history_dir, queue_name, store=maybe_store, drain_s=drain_s, extra=figures
+    )
 
     for case in ("SIGTERM", "SIGINT"):
         pid = workers[case].pid
@@ -267,7 +299,12 @@ def test_a4_sigterm_and_sigint_let_the_running_job_finish_and_stop_the_worker(
 @on(RENEWING)
 @pytest.mark.timeout(120)
 def test_a5_a_job_longer_than_its_lease_runs_once_while_renewed(
-    backend: Backend, connection: Queue, maybe_store: Any, queue_name: str, history_dir: Path, seed: int,
+    backend: Backend,
+    connection: Queue,
+    maybe_store: Any,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
     run_id: str,
 ) -> None:
     """A5: jobs of 3 x VT, one sleeping and one a CPU-bound pure-Python loop, with renewal: another popper
@@ -313,9 +350,20 @@ def test_a5_a_job_longer_than_its_lease_runs_once_while_renewed(
     finally:
         stop_all(*workers)
     drain_s = drain(backend, connection, [renewed, control], maybe_store)
-    report = finish("A5-long-job", backend.id, seed, history_dir, queue_name, store=maybe_store, drain_s=drain_s,
-                    extra={"reclaims_while_alive": len(reclaimed), "negative_control": taken_over,
-                           "exit_codes": [w.returncode for w in workers]})
+    report = finish(
+        "A5-long-job",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=maybe_store,
+        drain_s=drain_s,
+        extra={
+            "reclaims_while_alive": len(reclaimed),
+            "negative_control": taken_over,
+            "exit_codes": [w.returncode for w in workers],
+        },
+    )
 
     assert reclaimed == [], "a renewed job was delivered again while it ran"
     assert [w.returncode for w in workers] == [0, 0, 0]
@@ -332,7 +380,12 @@ def test_a5_a_job_longer_than_its_lease_runs_once_while_renewed(
 @on(FAULT_BACKENDS)
 @pytest.mark.timeout(120)
 def test_a6_delays_longer_than_the_lease_run_once_and_never_early(
-    backend: Backend, connection: Queue, maybe_store: Any, queue_name: str, history_dir: Path, seed: int,
+    backend: Backend,
+    connection: Queue,
+    maybe_store: Any,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
     run_id: str,
 ) -> None:
     """A6 (Celery's ETA trap): 20 jobs delayed 3 x VT (R, Q), DelaySeconds (S), through the ladder (M), and
@@ -362,11 +415,21 @@ def test_a6_delays_longer_than_the_lease_run_once_and_never_early(
     lateness = [starts[tag][0]["mono"] - pushed_at[tag] - delay for tag in delayed]
     raised = {e["tag"]: e["mono"] for e in events(history_dir, "exec.raise")}
     lateness += [starts[tag][1]["mono"] - raised[tag] - delay for tag in released if len(starts[tag]) > 1]
-    report = finish("A6-delay-beyond-lease", backend.id, seed, history_dir, queue_name, store=maybe_store,
-                    drain_s=drain_s, extra={
-                        "delay_s": delay, "early_executions": sum(1 for s in lateness if s < 0),
-                        "lateness_p50_s": round(statistics.median(lateness), 3),
-                        "lateness_max_s": round(max(lateness), 3)})
+    report = finish(
+        "A6-delay-beyond-lease",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=maybe_store,
+        drain_s=drain_s,
+        extra={
+            "delay_s": delay,
+            "early_executions": sum(1 for s in lateness if s < 0),
+            "lateness_p50_s": round(statistics.median(lateness), 3),
+            "lateness_max_s": round(max(lateness), 3),
+        },
+    )
 
     assert {tag: len(starts[tag]) for tag in delayed} == dict.fromkeys(delayed, 1)
     assert {tag: [e["attempt"] for e in starts[tag]] for tag in released} == {key: [1, 2] for key in released}
@@ -382,8 +445,14 @@ def test_a6_delays_longer_than_the_lease_run_once_and_never_early(
 @on(FAULT_BACKENDS)
 @pytest.mark.timeout(150)
 def test_a7_a_poison_pill_is_redelivered_without_blocking_the_queue(
-    backend: Backend, connection: Queue, maybe_store: Any, queue_name: str, history_dir: Path, seed: int,
-    run_id: str, tmp_path: Path,
+    backend: Backend,
+    connection: Queue,
+    maybe_store: Any,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
+    run_id: str,
+    tmp_path: Path,
 ) -> None:
     """A7 (CI-lite): a job that ends its worker with os._exit(137) on every attempt, pushed ahead of 30
     normal jobs, 2 workers respawned by the harness. The normal jobs all complete; the pill keeps coming
@@ -415,13 +484,24 @@ def test_a7_a_poison_pill_is_redelivered_without_blocking_the_queue(
     deliveries = events(history_dir, "exec.start", pill)
     normal_done = len({e["tag"] for e in events(history_dir, "exec.done") if e["tag"] in normal})
     drain_s = drain(backend, connection, [queue_name], maybe_store)
-    report = finish("A7-poison-pill", backend.id, seed, history_dir, queue_name, store=maybe_store,
-                    drain_s=drain_s, extra={
-                        "pill_deliveries": len(deliveries), "pill_attempts": [e["attempt"] for e in deliveries],
-                        "pill_deliveries_per_min": round(60 * len(deliveries) / elapsed, 1),
-                        "normal_done_before_drain": normal_done, "run_s": round(elapsed, 1),
-                        "worker_exits": sorted(Counter(pool.exits).items()),
-                        "failed_record_errors": failed_record_errors(queue_name)})
+    report = finish(
+        "A7-poison-pill",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=maybe_store,
+        drain_s=drain_s,
+        extra={
+            "pill_deliveries": len(deliveries),
+            "pill_attempts": [e["attempt"] for e in deliveries],
+            "pill_deliveries_per_min": round(60 * len(deliveries) / elapsed, 1),
+            "normal_done_before_drain": normal_done,
+            "run_s": round(elapsed, 1),
+            "worker_exits": sorted(Counter(pool.exits).items()),
+            "failed_record_errors": failed_record_errors(queue_name),
+        },
+    )
 
     assert len(deliveries) >= 3
     attempts = [e["attempt"] for e in deliveries]
@@ -449,6 +529,7 @@ class Raises(logging.Handler):
 @pytest.fixture
 def broken_observers() -> Iterator[None]:
     """Receivers of every outcome signal and a handler of the package's logger, all raising."""
+
     def receiver(sender: Any, **kwargs: Any) -> None:
         raise RuntimeError("a broken receiver")
 
@@ -471,8 +552,14 @@ def broken_observers() -> Iterator[None]:
 @on(FENCED)
 @pytest.mark.timeout(60)
 def test_a9_observers_that_raise_decide_nothing(
-    backend: Backend, connection: Queue, maybe_store: Any, queue_name: str, history_dir: Path, seed: int,
-    run_id: str, broken_observers: None,
+    backend: Backend,
+    connection: Queue,
+    maybe_store: Any,
+    queue_name: str,
+    history_dir: Path,
+    seed: int,
+    run_id: str,
+    broken_observers: None,
 ) -> None:
     """A9: with every outcome receiver and the logger raising, 10 jobs succeed, 5 fail for good (recorded)
     and 5 are released once then succeed: one transition per delivery, and the worker keeps running."""
@@ -492,12 +579,26 @@ def test_a9_observers_that_raise_decide_nothing(
         worker.close()
     drain_s = drain(backend, connection, [queue_name], maybe_store)
 
-    transitions = Counter((e["tag"], e["attempt"]) for e in history.read(history_dir)
-                          if e["e"] in ("settle.ack.ok", "settle.release.ok", "settle.fail.ok"))
+    transitions = Counter(
+        (e["tag"], e["attempt"])
+        for e in history.read(history_dir)
+        if e["e"] in ("settle.ack.ok", "settle.release.ok", "settle.fail.ok")
+    )
     deliveries = Counter((e["tag"], e["attempt"]) for e in events(history_dir, "exec.start"))
-    report = finish("A9-observers-throw", backend.id, seed, history_dir, queue_name, store=maybe_store,
-                    drain_s=drain_s, extra={"exit_reason": str(reason), "deliveries": sum(deliveries.values()),
-                                            "transitions": sum(transitions.values())})
+    report = finish(
+        "A9-observers-throw",
+        backend.id,
+        seed,
+        history_dir,
+        queue_name,
+        store=maybe_store,
+        drain_s=drain_s,
+        extra={
+            "exit_reason": str(reason),
+            "deliveries": sum(deliveries.values()),
+            "transitions": sum(transitions.values()),
+        },
+    )
 
     assert reason is ExitReason.EMPTY
     assert transitions == deliveries and set(transitions.values()) == {1}

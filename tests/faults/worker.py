@@ -61,19 +61,29 @@ def install_observers() -> Callable[[], None]:
 
     connected: list[tuple[Any, Any]] = []
     for name, event in SIGNALS.items():
+
         def receiver(sender: Any, job: Any = None, _event: str = event, **kwargs: Any) -> None:
-            history.record(_event, _tag(job), attempt=getattr(job, "attempts", None), job_id=getattr(job, "id", None),
-                           failed_job_id=kwargs.get("failed_job_id"))
+            history.record(
+                _event,
+                _tag(job),
+                attempt=getattr(job, "attempts", None),
+                job_id=getattr(job, "id", None),
+                failed_job_id=kwargs.get("failed_job_id"),
+            )
 
         getattr(signals, name).connect(receiver, weak=False)
         connected.append((getattr(signals, name), receiver))
 
     def lost(sender: Any, job: Any = None, operation: Any = None, **kwargs: Any) -> None:
         error = kwargs.get("error")
-        history.record(f"settle.{getattr(operation, 'value', operation)}.stale", _tag(job),
-                       attempt=getattr(job, "attempts", None), job_id=getattr(job, "id", None),
-                       error=type(error).__name__, error_operation=getattr(getattr(error, "operation", None),
-                                                                          "value", None))
+        history.record(
+            f"settle.{getattr(operation, 'value', operation)}.stale",
+            _tag(job),
+            attempt=getattr(job, "attempts", None),
+            job_id=getattr(job, "id", None),
+            error=type(error).__name__,
+            error_operation=getattr(getattr(error, "operation", None), "value", None),
+        )
 
     signals.job_settlement_lost.connect(lost, weak=False)
     connected.append((signals.job_settlement_lost, lost))
@@ -92,8 +102,11 @@ def install_observers() -> Callable[[], None]:
 def where(tb: TracebackType | None) -> str:
     """Which worker step an escaping exception came from: settle, record, pop or other."""
     names = [frame.name for frame in traceback.extract_tb(tb)]
-    for step, markers in (("record", ("record",)), ("settle", ("_settle", "ack", "release", "fail")),
-                          ("pop", ("pop", "_sweep"))):
+    for step, markers in (
+        ("record", ("record",)),
+        ("settle", ("_settle", "ack", "release", "fail")),
+        ("pop", ("pop", "_sweep")),
+    ):
         if any(name in markers for name in names):
             return step
     return "other"
@@ -138,8 +151,9 @@ def _apply_knobs() -> None:
     if level:
         for entry in settings.KINETIS_QUEUE["CONNECTIONS"].values():
             if "DATABASE" in entry:
-                settings.DATABASES[entry["DATABASE"]].setdefault("OPTIONS", {}).update(isolation_options(
-                    settings.DATABASES[entry["DATABASE"]]["ENGINE"], level))
+                settings.DATABASES[entry["DATABASE"]].setdefault("OPTIONS", {}).update(
+                    isolation_options(settings.DATABASES[entry["DATABASE"]]["ENGINE"], level)
+                )
 
 
 def isolation_options(engine: str, level: str) -> dict[str, Any]:
@@ -153,8 +167,10 @@ def isolation_options(engine: str, level: str) -> dict[str, Any]:
     if "postgresql" in engine:
         from django.db.backends.postgresql.psycopg_any import IsolationLevel
 
-        return {"isolation_level": IsolationLevel[level.upper().replace(" ", "_")],
-                "options": "-c default_transaction_isolation=" + level.replace(" ", "\\ ")}
+        return {
+            "isolation_level": IsolationLevel[level.upper().replace(" ", "_")],
+            "options": "-c default_transaction_isolation=" + level.replace(" ", "\\ "),
+        }
     if "sqlite" in engine:
         return {}
     return {"isolation_level": level}
@@ -181,8 +197,13 @@ def main(argv: list[str]) -> int:
         chain = [exc]
         while chain[-1].__cause__ is not None:
             chain.append(chain[-1].__cause__)
-        history.record("worker.stop", None, error=type(exc).__name__, cause=[type(e).__name__ for e in chain[1:]],
-                       step=where(chain[-1].__traceback__))
+        history.record(
+            "worker.stop",
+            None,
+            error=type(exc).__name__,
+            cause=[type(e).__name__ for e in chain[1:]],
+            step=where(chain[-1].__traceback__),
+        )
         raise
     history.record("worker.exit", None, new_modules=sorted(set(sys.modules) - before))
     return 0

@@ -46,8 +46,7 @@ def test_push_on_commit_pushes_only_after_commit(backend: Backend, queue_name: s
             raise _Rollback
     assert queue.size(queue_name) == 0
     with transaction.atomic(using=backend.database):
-        job_id = push_on_commit(jobs.Noop(), queue=queue_name, using=backend.database,
-                                connection=backend.connection)
+        job_id = push_on_commit(jobs.Noop(), queue=queue_name, using=backend.database, connection=backend.connection)
     job = queue.pop(5, [queue_name])
     assert job is not None and job.id == job_id
     queue.ack(job)
@@ -115,8 +114,9 @@ def test_a_failing_push_on_commit_keeps_the_later_hooks_and_is_reported(
     try:
         with override_settings(KINETIS_QUEUE=setting), caplog.at_level("ERROR", logger="kinetis_queue"):
             with transaction.atomic():
-                job_id = push_on_commit(jobs.Fails("label", token="SECRET-TOKEN-VALUE"), queue=queue_name,
-                                        connection="dead")
+                job_id = push_on_commit(
+                    jobs.Fails("label", token="SECRET-TOKEN-VALUE"), queue=queue_name, connection="dead"
+                )
                 push_on_commit(jobs.Noop(), queue=queue_name, connection="sqlite")
                 transaction.on_commit(lambda: ran.append("application hook"))
     finally:

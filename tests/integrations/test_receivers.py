@@ -55,8 +55,13 @@ def test_a_send_pushes_a_job_and_the_worker_calls_the_receiver() -> None:
     assert (stored_id, job_class) == (job_id, "kinetis_queue.contrib.receivers.QueuedReceiverJob")
     assert json.loads(args)["receiver"] == "tests.operator_receivers.send_receipt"
     work(r.QUEUE)
-    assert r.CALLS == [("send_receipt", "tests.integrations.test_receivers.Shop",
-                        {"order_id": 42, "lines": [{"sku": "A-1", "qty": 2}], "note": None})]
+    assert r.CALLS == [
+        (
+            "send_receipt",
+            "tests.integrations.test_receivers.Shop",
+            {"order_id": 42, "lines": [{"sku": "A-1", "qty": 2}], "note": None},
+        )
+    ]
     assert queues["sqlite"].size(r.QUEUE) == 0
 
 
@@ -87,15 +92,16 @@ def test_a_failing_receiver_is_retried_and_recorded_with_its_arguments_redacted(
     assert "failed permanently" in text and SECRET not in text
     record = FailedJob.objects.filter(queue=r.FAILING_QUEUE).latest("id")
     shown = json.loads(shown_args(record))
-    assert shown == {"receiver": "tests.operator_receivers.refund_card", "sender": "checkout",
-                     "kwargs": "[redacted]"}
+    assert shown == {"receiver": "tests.operator_receivers.refund_card", "sender": "checkout", "kwargs": "[redacted]"}
 
 
 def test_a_payload_naming_an_unregistered_function_is_never_called() -> None:
     r.order_placed.send(Shop, order_id=1)
     with db_connections["default"].cursor() as cursor:
-        cursor.execute("UPDATE kinetis_queue_jobs SET args = %s WHERE queue = %s",
-                       [json.dumps({"receiver": "os.system", "sender": None, "kwargs": {"command": "true"}}), r.QUEUE])
+        cursor.execute(
+            "UPDATE kinetis_queue_jobs SET args = %s WHERE queue = %s",
+            [json.dumps({"receiver": "os.system", "sender": None, "kwargs": {"command": "true"}}), r.QUEUE],
+        )
     # The job's own failure: max_attempts=2 means one retry, then a record.
     work(r.QUEUE)
     work(r.QUEUE)

@@ -53,6 +53,7 @@ def events() -> Iterator[list[tuple[str, str]]]:
     seen: list[tuple[str, str]] = []
     receivers = []
     for name, sig in (("enqueued", task_enqueued), ("started", task_started), ("finished", task_finished)):
+
         def receiver(sender: Any, task_result: Any, _name: str = name, **kwargs: Any) -> None:
             seen.append((_name, task_result.status))
 
@@ -214,23 +215,39 @@ def test_a_run_whose_delivery_was_replaced_cannot_write(tq: str) -> None:
 
 
 @pytest.mark.trait("stores_jobs")
-def test_a_sigkilled_worker_leaves_no_task_in_limbo(
-    connection: Any, backend: Any, tq: str, tmp_path: Path
-) -> None:
+def test_a_sigkilled_worker_leaves_no_task_in_limbo(connection: Any, backend: Any, tq: str, tmp_path: Path) -> None:
     """The inverse of django-tasks-db's kill test, on every store: a worker SIGKILLed mid-task; the task
     runs again (after the lease; at once on RabbitMQ) as attempt 2, ends SUCCESSFUL, both worker ids kept."""
     from django.test import override_settings
 
     connection.size(tq)  # the store's test support creates (SQS) or tracks (RabbitMQ) the queue
     marker = tmp_path / "running"
-    tasks = {"default": {"BACKEND": "kinetis_queue.tasks.KinetisTaskBackend", "QUEUES": [],
-                         "OPTIONS": {"CONNECTION": backend.connection}}}
+    tasks = {
+        "default": {
+            "BACKEND": "kinetis_queue.tasks.KinetisTaskBackend",
+            "QUEUES": [],
+            "OPTIONS": {"CONNECTION": backend.connection},
+        }
+    }
     with override_settings(TASKS=tasks):
         result = task_defs.hangs_on_first_attempt.using(queue_name=tq).enqueue(str(marker))
-    env = {**os.environ, "KINETIS_TESTS_SUBPROCESS": "1", "PYTHONPATH": str(ROOT),
-           "KINETIS_TESTS_TASKS_CONNECTION": backend.connection}
-    command = [sys.executable, "-m", "django", "queue_work", "--settings=tests.settings",
-               f"--connection={backend.connection}", f"--queue={tq}", "-v", "0"]
+    env = {
+        **os.environ,
+        "KINETIS_TESTS_SUBPROCESS": "1",
+        "PYTHONPATH": str(ROOT),
+        "KINETIS_TESTS_TASKS_CONNECTION": backend.connection,
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "django",
+        "queue_work",
+        "--settings=tests.settings",
+        f"--connection={backend.connection}",
+        f"--queue={tq}",
+        "-v",
+        "0",
+    ]
     first = subprocess.Popen([*command, "--sleep=1"], env=env, cwd=ROOT)
     try:
         wait_until(marker.exists, timeout=60)
@@ -272,8 +289,13 @@ class _Rollback(Exception):
 
 def tasks_on(connection: str, **options: object) -> dict[str, Any]:
     """A TASKS setting whose default backend runs on the KINETIS_QUEUE ``connection``."""
-    return {"default": {"BACKEND": "kinetis_queue.tasks.KinetisTaskBackend", "QUEUES": [],
-                        "OPTIONS": {"CONNECTION": connection, **options}}}
+    return {
+        "default": {
+            "BACKEND": "kinetis_queue.tasks.KinetisTaskBackend",
+            "QUEUES": [],
+            "OPTIONS": {"CONNECTION": connection, **options},
+        }
+    }
 
 
 class PollingWorker:
@@ -368,8 +390,14 @@ def test_a_delivery_whose_result_row_is_not_visible_is_snoozed_then_runs_once_it
         assert [name for name, _ in outcomes] == ["job_released"]
         assert task_defs.SEEN == []
         TaskResultRecord.objects.create(
-            id=result_id, task_path="tests.task_defs.add", backend="default", queue_name=tq, status="READY",
-            enqueued_at=timezone.now(), args=[2, 3], kwargs={},
+            id=result_id,
+            task_path="tests.task_defs.add",
+            backend="default",
+            queue_name=tq,
+            status="READY",
+            enqueued_at=timezone.now(),
+            args=[2, 3],
+            kwargs={},
         )
         assert worker.process_next(10, [tq])  # the same job, after its 1 s snooze
     finally:
@@ -405,8 +433,13 @@ def test_a_result_row_that_never_appears_fails_the_delivery_with_the_reason(
 def test_a_push_that_fails_after_the_commit_fails_the_result_and_keeps_later_hooks(tq: str) -> None:
     from django.conf import settings
 
-    setting = {**settings.KINETIS_QUEUE, "CONNECTIONS": {**settings.KINETIS_QUEUE["CONNECTIONS"],
-                                                         "dead": {"BACKEND": "redis", "URL": "redis://127.0.0.1:9/0"}}}
+    setting = {
+        **settings.KINETIS_QUEUE,
+        "CONNECTIONS": {
+            **settings.KINETIS_QUEUE["CONNECTIONS"],
+            "dead": {"BACKEND": "redis", "URL": "redis://127.0.0.1:9/0"},
+        },
+    }
     ran: list[str] = []
     with override_settings(KINETIS_QUEUE=setting, TASKS=tasks_on("dead")), transaction.atomic():
         result = task_defs.add.using(queue_name=tq).enqueue(1, 2)
@@ -475,8 +508,15 @@ def test_worker_lines_and_queue_failed_name_the_task_and_never_read_attempt_1_of
     task_defs.explode.using(queue_name=tq).enqueue()
     out = io.StringIO()
     with caplog.at_level(logging.INFO, logger="kinetis_queue"):
-        call_command("queue_work", "--connection=sqlite", f"--queue={tq}", "--stop-when-empty", "--sleep=0.5",
-                     stdout=out, stderr=io.StringIO())
+        call_command(
+            "queue_work",
+            "--connection=sqlite",
+            f"--queue={tq}",
+            "--stop-when-empty",
+            "--sleep=0.5",
+            stdout=out,
+            stderr=io.StringIO(),
+        )
     lines = out.getvalue().splitlines()
     assert any(f"] tests.task_defs.add on {tq}, attempt 1: succeeded in " in line for line in lines), lines
     assert any(f"] tests.task_defs.explode on {tq}, attempt 1: failed in " in line for line in lines), lines
@@ -484,8 +524,9 @@ def test_worker_lines_and_queue_failed_name_the_task_and_never_read_attempt_1_of
     assert 'Job "tests.task_defs.add" succeeded (attempt 1)' in logged
     [failure] = [m for m in logged if "failed permanently" in m]
     # No MAX_ATTEMPTS anywhere: the cap is 0, and the line says what that means.
-    assert failure.startswith('Job "tests.task_defs.explode" failed permanently (attempt 1; no retries: '
-                              "max attempts is 0): ValueError")
+    assert failure.startswith(
+        'Job "tests.task_defs.explode" failed permanently (attempt 1; no retries: max attempts is 0): ValueError'
+    )
     assert "RunTask" not in out.getvalue() + "\n".join(logged) and " of 0" not in "\n".join(logged)
     listing = io.StringIO()
     call_command("queue_failed", f"--queue={tq}", stdout=listing)

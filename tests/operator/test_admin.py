@@ -54,8 +54,9 @@ def _user(role: str) -> User | None:
         "full": ["view_failedjob", "change_failedjob", "delete_failedjob"],
         "superuser": [],
     }[role]
-    user.user_permissions.set(Permission.objects.filter(content_type__app_label="kinetis_queue",
-                                                        codename__in=codenames))
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="kinetis_queue", codename__in=codenames)
+    )
     return User.objects.get(pk=user.pk)  # a fresh instance: no cached permissions
 
 
@@ -188,13 +189,13 @@ def test_the_change_form_cannot_edit_a_record(record: FailedJob) -> None:
     [
         (lambda c, r: _post_action(c, "retry_selected", r), "retry"),
         (lambda c, r: _post_action(c, "forget_selected", r, post="yes"), "forget"),
-        (lambda c, r: c.post(reverse("admin:kinetis_queue_failedjob_delete", args=[r.pk]), {"post": "yes"}),
-         "delete"),
+        (lambda c, r: c.post(reverse("admin:kinetis_queue_failedjob_delete", args=[r.pk]), {"post": "yes"}), "delete"),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )
-def test_posts_need_the_csrf_token(post: Callable[[Client, FailedJob], Any], name: str, record: FailedJob,
-                                   queue_name: str) -> None:
+def test_posts_need_the_csrf_token(
+    post: Callable[[Client, FailedJob], Any], name: str, record: FailedJob, queue_name: str
+) -> None:
     response = post(client_for("full", csrf=True), record)
     assert response.status_code == 403
     assert FailedJob.objects.filter(pk=record.pk).exists()
@@ -238,7 +239,7 @@ def test_the_status_page_shows_the_figures_per_connection_and_queue(record: Fail
         page = client_for("view_only").get(reverse("admin:kinetis_queue_failedjob_status")).content.decode()
     finally:
         queues.clearable("sqlite").clear(queue_name)
-    row = page[page.index(f"<td>{queue_name}</td>"):]
+    row = page[page.index(f"<td>{queue_name}</td>") :]
     row = row[: row.index("</tr>")]
     cells = [c.split("</td>")[0].strip() for c in row.split("<td>")[2:]]
     assert cells == ["1", "1", "0", "2", "1"]  # ready, delayed, reserved, waiting, failed
@@ -249,14 +250,47 @@ def test_the_status_page_shows_the_figures_per_connection_and_queue(record: Fail
 # -- the changelist is no oracle for stored text ------------------------------------------------------
 
 #: Every text column of a record.
-TEXT_FIELDS = ("args", "metadata", "exception_message", "traceback", "job_class", "job_id", "queue", "connection",
-               "exception_class")
+TEXT_FIELDS = (
+    "args",
+    "metadata",
+    "exception_message",
+    "traceback",
+    "job_class",
+    "job_id",
+    "queue",
+    "connection",
+    "exception_class",
+)
 #: Every lookup a guesser could try on text ("" is the bare field name, an exact match).
-TEXT_LOOKUPS = ("", "exact", "iexact", "contains", "icontains", "startswith", "istartswith", "endswith", "iendswith",
-                "regex", "iregex", "in", "gt", "gte", "lt", "lte")
+TEXT_LOOKUPS = (
+    "",
+    "exact",
+    "iexact",
+    "contains",
+    "icontains",
+    "startswith",
+    "istartswith",
+    "endswith",
+    "iendswith",
+    "regex",
+    "iregex",
+    "in",
+    "gt",
+    "gte",
+    "lt",
+    "lte",
+)
 #: The parameters the list filters themselves send: safe metadata, offered as choices anyway.
-FILTER_PARAMETERS = {"connection", "connection__isnull", "queue", "queue__isnull", "exception_class",
-                     "exception_class__isnull", "failed_at__gte", "failed_at__lt"}
+FILTER_PARAMETERS = {
+    "connection",
+    "connection__isnull",
+    "queue",
+    "queue__isnull",
+    "exception_class",
+    "exception_class__isnull",
+    "failed_at__gte",
+    "failed_at__lt",
+}
 
 
 @pytest.fixture
@@ -269,9 +303,16 @@ def secret_record(queue_name: str) -> FailedJob:
         return f"{prefix}{uuid.uuid4().hex[:16]}"
 
     return FailedJob.objects.create(
-        connection=unique("conn"), queue=queue_name, job_id=uuid.uuid4().hex, job_class=unique("tests.jobs.Fails"),
-        args=json.dumps({"token": unique("s3cret")}), metadata=json.dumps({"trace": unique("meta")}), attempts=1,
-        max_attempts=1, exception_class=unique("builtins.Error"), exception_message=unique("failed with "),
+        connection=unique("conn"),
+        queue=queue_name,
+        job_id=uuid.uuid4().hex,
+        job_class=unique("tests.jobs.Fails"),
+        args=json.dumps({"token": unique("s3cret")}),
+        metadata=json.dumps({"trace": unique("meta")}),
+        attempts=1,
+        max_attempts=1,
+        exception_class=unique("builtins.Error"),
+        exception_message=unique("failed with "),
         traceback=f"Traceback (most recent call last):\nRuntimeError: {unique('tb')}",
     )
 
@@ -283,9 +324,14 @@ def _guesses(stored: str, lookup: str) -> tuple[str, str]:
     if lookup in ("lt", "lte"):
         return stored + "~", stored[:-1]
     right = {
-        "iexact": stored.swapcase(), "contains": stored[3:-3], "icontains": stored[3:-3].upper(),
-        "startswith": stored[:-3], "istartswith": stored[:-3].swapcase(), "endswith": stored[3:],
-        "iendswith": stored[3:].swapcase(), "regex": rf"^{stored[:4]}[\s\S]*{stored[-10:]}$",
+        "iexact": stored.swapcase(),
+        "contains": stored[3:-3],
+        "icontains": stored[3:-3].upper(),
+        "startswith": stored[:-3],
+        "istartswith": stored[:-3].swapcase(),
+        "endswith": stored[3:],
+        "iendswith": stored[3:].swapcase(),
+        "regex": rf"^{stored[:4]}[\s\S]*{stored[-10:]}$",
         "iregex": rf"^{stored[:4].swapcase()}[\s\S]*{stored[-10:].swapcase()}$",
     }.get(lookup, stored)
     wrong = right[:-1] + ("0" if right[-1] != "0" else "1")
@@ -304,15 +350,17 @@ def _normalized(response: Any, *echoed: str) -> tuple[int, str]:
 
 
 def _oracle_cases() -> list[Any]:
-    return [pytest.param(field, lookup, id=f"{field}__{lookup or 'bare'}")
-            for field in TEXT_FIELDS for lookup in TEXT_LOOKUPS
-            if (f"{field}__{lookup}" if lookup else field) not in FILTER_PARAMETERS]
+    return [
+        pytest.param(field, lookup, id=f"{field}__{lookup or 'bare'}")
+        for field in TEXT_FIELDS
+        for lookup in TEXT_LOOKUPS
+        if (f"{field}__{lookup}" if lookup else field) not in FILTER_PARAMETERS
+    ]
 
 
 @pytest.mark.parametrize("role", ["view_only", "superuser"])
 @pytest.mark.parametrize(("field", "lookup"), _oracle_cases())
-def test_no_lookup_on_stored_text_answers_a_guess(field: str, lookup: str, role: str,
-                                                   secret_record: FailedJob) -> None:
+def test_no_lookup_on_stored_text_answers_a_guess(field: str, lookup: str, role: str, secret_record: FailedJob) -> None:
     """Regression (issue 12, item 1): ``?args__contains=<guess>`` counted the rows whose arguments held the
     guess, so a view-only user could read a Sensitive value one character at a time. Only the list
     filters' own parameters may reach the query: any other lookup answers the same for every guess."""
@@ -337,8 +385,11 @@ def test_search_and_ordering_answer_no_guess(role: str, secret_record: FailedJob
     secret = json.loads(secret_record.args)["token"]
     client = client_for(role)
     url = reverse("admin:kinetis_queue_failedjob_changelist")
-    for parameter, right, wrong in [("q", secret, secret[:-1] + "X"), ("o", "args", "argz"),
-                                    ("o", f"-{secret}", f"-{secret[:-1]}X")]:
+    for parameter, right, wrong in [
+        ("q", secret, secret[:-1] + "X"),
+        ("o", "args", "argz"),
+        ("o", f"-{secret}", f"-{secret[:-1]}X"),
+    ]:
         answers = [_normalized(client.get(url, {parameter: guess}), guess) for guess in (right, wrong)]
         assert answers[0] == answers[1], parameter
 
@@ -362,8 +413,15 @@ def test_an_action_posted_with_a_forbidden_lookup_touches_nothing(secret_record:
     secret = json.loads(secret_record.args)["token"]
     url = reverse("admin:kinetis_queue_failedjob_changelist") + f"?args__contains={secret}"
     response = client_for("superuser").post(
-        url, {"action": "forget_selected", "select_across": "1", "index": "0", "post": "yes",
-              "_selected_action": [str(secret_record.pk)]})
+        url,
+        {
+            "action": "forget_selected",
+            "select_across": "1",
+            "index": "0",
+            "post": "yes",
+            "_selected_action": [str(secret_record.pk)],
+        },
+    )
     assert response.status_code == 400
     assert FailedJob.objects.filter(pk=secret_record.pk).exists()
 
@@ -373,11 +431,18 @@ def test_the_list_filters_still_filter(secret_record: FailedJob, queue_name: str
     url = reverse("admin:kinetis_queue_failedjob_changelist")
     change = f"/{secret_record.pk}/change/"
     for parameters, shown in [
-        ({"queue": queue_name}, True), ({"queue": queue_name + "x"}, False),
+        ({"queue": queue_name}, True),
+        ({"queue": queue_name + "x"}, False),
         ({"queue": queue_name, "exception_class": secret_record.exception_class}, True),
         ({"queue": queue_name, "connection__isnull": "True"}, False),
-        ({"queue": queue_name, "failed_at__gte": "2000-01-01 00:00:00+00:00",
-          "failed_at__lt": "2999-01-01 00:00:00+00:00"}, True),
+        (
+            {
+                "queue": queue_name,
+                "failed_at__gte": "2000-01-01 00:00:00+00:00",
+                "failed_at__lt": "2999-01-01 00:00:00+00:00",
+            },
+            True,
+        ),
     ]:
         response = client.get(url, parameters)
         assert response.status_code == 200
@@ -387,23 +452,42 @@ def test_the_list_filters_still_filter(secret_record: FailedJob, queue_name: str
 # -- the task's own name ------------------------------------------------------------------------------
 
 CARRIERS = [
-    pytest.param("kinetis_queue.contrib.receivers", "QueuedReceiverJob",
-                 {"receiver": "myapp.receivers.on_invoice_paid", "sender": None, "kwargs": {"secret": SECRET}},
-                 "myapp.receivers.on_invoice_paid", id="queued-receiver"),
-    pytest.param("kinetis_queue.contrib.tasks.backend", "RunTask",
-                 {"task_path": "myapp.tasks.send_invoice", "args": [SECRET], "kwargs": {}, "result_id": "r1",
-                  "backend": "default"},
-                 "myapp.tasks.send_invoice", id="django-task"),
+    pytest.param(
+        "kinetis_queue.contrib.receivers",
+        "QueuedReceiverJob",
+        {"receiver": "myapp.receivers.on_invoice_paid", "sender": None, "kwargs": {"secret": SECRET}},
+        "myapp.receivers.on_invoice_paid",
+        id="queued-receiver",
+    ),
+    pytest.param(
+        "kinetis_queue.contrib.tasks.backend",
+        "RunTask",
+        {
+            "task_path": "myapp.tasks.send_invoice",
+            "args": [SECRET],
+            "kwargs": {},
+            "result_id": "r1",
+            "backend": "default",
+        },
+        "myapp.tasks.send_invoice",
+        id="django-task",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("module", "carrier", "args", "name"), CARRIERS)
-def test_list_and_detail_name_the_task_not_its_carrier(module: str, carrier: str, args: dict[str, Any], name: str,
-                                                       queue_name: str) -> None:
+def test_list_and_detail_name_the_task_not_its_carrier(
+    module: str, carrier: str, args: dict[str, Any], name: str, queue_name: str
+) -> None:
     pytest.importorskip(module)  # registers the carrier class (the django.tasks backend needs a django.tasks API)
     record = FailedJob.objects.create(
-        queue=queue_name, job_id=uuid.uuid4().hex, job_class=f"{module}.{carrier}", args=json.dumps(args),
-        attempts=1, exception_class="builtins.RuntimeError", exception_message="boom",
+        queue=queue_name,
+        job_id=uuid.uuid4().hex,
+        job_class=f"{module}.{carrier}",
+        args=json.dumps(args),
+        attempts=1,
+        exception_class="builtins.RuntimeError",
+        exception_message="boom",
     )
     client = client_for("view_only")
     listing = client.get(reverse("admin:kinetis_queue_failedjob_changelist"), {"queue": queue_name})
@@ -514,8 +598,7 @@ OPERATIONS = {
 
 
 @pytest.mark.parametrize("operation", list(OPERATIONS))
-def test_retry_and_forget_are_written_to_the_admin_history(operation: str, record: FailedJob,
-                                                           queue_name: str) -> None:
+def test_retry_and_forget_are_written_to_the_admin_history(operation: str, record: FailedJob, queue_name: str) -> None:
     client = client_for("full")
     user = User.objects.get(pk=client.session["_auth_user_id"])
     assert OPERATIONS[operation](client, record).status_code == 302
@@ -555,9 +638,23 @@ def test_pages_use_the_installed_djangos_breadcrumbs(role: str, record: FailedJo
                 assert f'&rsaquo; <a href="{changelist}">Failed jobs</a>' in body
 
 
-@pytest.mark.parametrize("parameter", ["id__in", "pk", "attempts__gt", "max_attempts__isnull", "failed_at__year",
-                                       "failed_at__date", "failed_at__gt", "args__isnull", "traceback__isnull",
-                                       "nonexistent", "queue__exact", "queue__contains"])
+@pytest.mark.parametrize(
+    "parameter",
+    [
+        "id__in",
+        "pk",
+        "attempts__gt",
+        "max_attempts__isnull",
+        "failed_at__year",
+        "failed_at__date",
+        "failed_at__gt",
+        "args__isnull",
+        "traceback__isnull",
+        "nonexistent",
+        "queue__exact",
+        "queue__contains",
+    ],
+)
 def test_every_other_lookup_is_refused(parameter: str, secret_record: FailedJob) -> None:
     """Not only text: the list filters' own parameters are the whole list of what may filter."""
     response = client_for("superuser").get(reverse("admin:kinetis_queue_failedjob_changelist"), {parameter: "1"})
@@ -578,6 +675,7 @@ print(column(FailedJob(job_class="kinetis_queue.contrib.tasks.backend.RunTask", 
 def test_a_fresh_admin_process_names_the_task() -> None:
     """What an operator's admin process shows, with nothing else imported first."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT)}
-    shown = subprocess.run([sys.executable, "-c", FRESH_PROCESS], env=env, cwd=ROOT, capture_output=True, text=True,
-                           timeout=60, check=True).stdout.strip()
+    shown = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+    ).stdout.strip()
     assert shown.replace("<wbr>", "") == "myapp.tasks.send_invoice"

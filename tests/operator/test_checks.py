@@ -50,8 +50,9 @@ def test_an_unknown_database_alias_is_e001_with_the_known_aliases() -> None:
 
 
 def test_a_missing_client_library_is_e002_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(conf.BUILTIN_BACKENDS, "redis",
-                        ("kinetis_queue.backends.redis.RedisQueue", "no_such_client_library", "redis"))
+    monkeypatch.setitem(
+        conf.BUILTIN_BACKENDS, "redis", ("kinetis_queue.backends.redis.RedisQueue", "no_such_client_library", "redis")
+    )
     with override_settings(KINETIS_QUEUE=queue_setting(a={"BACKEND": "redis", "URL": "redis://x"})):
         [message] = [m for m in run_checks() if m.id == "kinetis_queue.E002"]
     assert "pip install 'kinetis-queue[redis]'" in message.msg
@@ -67,8 +68,9 @@ def test_deploy_warns_about_a_sync_default_connection() -> None:
     with override_settings(KINETIS_QUEUE=queue_setting(a={"BACKEND": "sync"})):
         assert "kinetis_queue.W001" in ids(deploy=True)
         assert "kinetis_queue.W001" not in ids()
-    with override_settings(KINETIS_QUEUE=queue_setting(a={"BACKEND": "sql", "DATABASE": "postgres"},
-                                                       b={"BACKEND": "sync"})):
+    with override_settings(
+        KINETIS_QUEUE=queue_setting(a={"BACKEND": "sql", "DATABASE": "postgres"}, b={"BACKEND": "sync"})
+    ):
         assert "kinetis_queue.W001" not in ids(deploy=True)
 
 
@@ -80,8 +82,12 @@ def test_deploy_warns_when_the_timeout_is_not_below_the_visibility_timeout(timeo
 
 
 def test_the_timeout_is_not_compared_on_a_backend_without_expiring_reservations() -> None:
-    with override_settings(KINETIS_QUEUE={**queue_setting(a={"BACKEND": "sql", "DATABASE": "postgres"},
-                                                          b={"BACKEND": "sync"}), "TIMEOUT": 900}):
+    with override_settings(
+        KINETIS_QUEUE={
+            **queue_setting(a={"BACKEND": "sql", "DATABASE": "postgres"}, b={"BACKEND": "sync"}),
+            "TIMEOUT": 900,
+        }
+    ):
         warnings = [m for m in run_checks(include_deployment_checks=True) if m.id == "kinetis_queue.W002"]
     assert [w.obj for w in warnings] == ["a"]
 
@@ -97,7 +103,11 @@ def test_manage_py_check_deploy_lists_the_warnings() -> None:
     env = {**os.environ, "KINETIS_TESTS_SUBPROCESS": "1", "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
         [sys.executable, "-m", "django", "check", "--deploy", "--settings=tests.settings"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert "kinetis_queue.E" not in result.stderr
     assert "(kinetis_queue.W003) Connection 'sqlite' keeps its jobs in SQLite" in result.stderr

@@ -29,7 +29,11 @@ def manage(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KINETIS_TESTS_SUBPROCESS": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "django", *args, "--settings=tests.settings"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -55,8 +59,15 @@ def test_queue_work_takes_queues_in_priority_order_and_stops_when_empty(queue_na
 def test_queue_work_tries_and_backoff_set_the_worker_policy(queue_name: str) -> None:
     queue = queues["sqlite"]
     queue.push(jobs.Fails(), queue=queue_name)
-    run("queue_work", "--connection=sqlite", f"--queue={queue_name}", "--stop-when-empty", "--sleep=0.5",
-        "--tries=2", "--backoff=0")
+    run(
+        "queue_work",
+        "--connection=sqlite",
+        f"--queue={queue_name}",
+        "--stop-when-empty",
+        "--sleep=0.5",
+        "--tries=2",
+        "--backoff=0",
+    )
     assert [c[2] for c in jobs.CALLS] == [1, 2]
     assert queue.size(queue_name) == 0
 
@@ -126,7 +137,6 @@ def test_queue_clear_checks_the_capability_first() -> None:
             run("queue_clear", "--queue=x")
 
 
-
 def run_both(*args: str) -> tuple[str, str]:
     out, err = io.StringIO(), io.StringIO()
     call_command(*args, stdout=out, stderr=err)
@@ -138,8 +148,14 @@ def test_stop_when_empty_says_how_many_delayed_or_retrying_jobs_it_left_behind(q
     queue = queues["sqlite"]
     queue.push(jobs.Noop(), queue=queue_name, delay=3600)
     queue.push(jobs.Fails(), queue=queue_name, max_attempts=2)
-    output = run("queue_work", "--connection=sqlite", f"--queue={queue_name}", "--stop-when-empty", "--sleep=0.2",
-                 "--backoff=600")
+    output = run(
+        "queue_work",
+        "--connection=sqlite",
+        f"--queue={queue_name}",
+        "--stop-when-empty",
+        "--sleep=0.2",
+        "--backoff=600",
+    )
     lines = output.splitlines()
     assert lines[-2] == "Worker stopped (empty) after 1 job(s)."
     assert lines[-1] == "Left behind: 2 delayed or retrying job(s); --stop-when-empty does not wait for them."
@@ -152,17 +168,27 @@ def test_queue_work_notes_a_queue_nothing_was_ever_pushed_to(queue_name: str) ->
 
     queues["sqlite"].push(jobs.Noop(), queue=queue_name)
     typo = queue_name + "x"
-    out, err = run_both("queue_work", "--connection=sqlite", f"--queue={queue_name},{typo}", "--stop-when-empty",
-                        "--sleep=0.2")
+    out, err = run_both(
+        "queue_work", "--connection=sqlite", f"--queue={queue_name},{typo}", "--stop-when-empty", "--sleep=0.2"
+    )
     notes = [line for line in err.splitlines() if line.startswith("Note:")]
     assert len(notes) == 1
-    assert notes[0].startswith(f"Note: nothing was ever pushed to queue '{typo}' on connection 'sqlite' as far as "
-                               "the sql backend can tell (known queues: ")
+    assert notes[0].startswith(
+        f"Note: nothing was ever pushed to queue '{typo}' on connection 'sqlite' as far as "
+        "the sql backend can tell (known queues: "
+    )
     assert queue_name in notes[0] and notes[0].endswith("a typo in --queue? Watching it anyway.")
     assert "Worker stopped (empty) after 1 job(s)." in out  # and it kept working
     # A queue a failed job names is known, even with nothing waiting on it.
-    FailedJob.objects.create(connection="sqlite", queue=typo, job_id="0" * 32, job_class="tests.jobs.Noop",
-                             args="{}", attempts=1, exception_class="builtins.RuntimeError")
+    FailedJob.objects.create(
+        connection="sqlite",
+        queue=typo,
+        job_id="0" * 32,
+        job_class="tests.jobs.Noop",
+        args="{}",
+        attempts=1,
+        exception_class="builtins.RuntimeError",
+    )
     _, err = run_both("queue_work", "--connection=sqlite", f"--queue={typo}", "--once", "--sleep=0.2")
     assert "Note:" not in err
 

@@ -34,7 +34,11 @@ def manage(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KINETIS_TESTS_SUBPROCESS": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "django", *args, "--settings=tests.settings"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -52,9 +56,15 @@ def fail_for_good(job: object, queue_name: str, connection: str = "sqlite") -> F
 
 def make_record(queue_name: str, **fields: object) -> FailedJob:
     values: dict[str, object] = {
-        "connection": None, "queue": queue_name, "job_id": "0" * 32, "job_class": "tests.jobs.Records",
-        "args": json.dumps({"label": "from-a-record"}), "max_attempts": 3, "attempts": 3,
-        "exception_class": "builtins.RuntimeError", "exception_message": "boom",
+        "connection": None,
+        "queue": queue_name,
+        "job_id": "0" * 32,
+        "job_class": "tests.jobs.Records",
+        "args": json.dumps({"label": "from-a-record"}),
+        "max_attempts": 3,
+        "attempts": 3,
+        "exception_class": "builtins.RuntimeError",
+        "exception_message": "boom",
     }
     values.update(fields)
     return FailedJob.objects.create(**values)
@@ -86,8 +96,12 @@ def test_a_sensitive_value_quoted_by_the_exception_is_scrubbed_from_the_record(q
 
 
 def test_queue_failed_lists_safe_metadata_only(queue_name: str) -> None:
-    record = make_record(queue_name, args=json.dumps({"label": "ARGUMENT-VALUE"}), exception_message="MESSAGE-TEXT",
-                         traceback="TRACEBACK-TEXT")
+    record = make_record(
+        queue_name,
+        args=json.dumps({"label": "ARGUMENT-VALUE"}),
+        exception_message="MESSAGE-TEXT",
+        traceback="TRACEBACK-TEXT",
+    )
     out, _ = run("queue_failed", f"--queue={queue_name}")
     lines = out.splitlines()
     assert lines[0].split() == ["ID", "FAILED", "AT", "CONNECTION", "QUEUE", "CLASS", "EXCEPTION", "ATTEMPTS"]
@@ -99,11 +113,19 @@ def test_queue_failed_lists_safe_metadata_only(queue_name: str) -> None:
 
 
 def test_queue_failed_shows_at_most_100_rows_newest_first(queue_name: str) -> None:
-    FailedJob.objects.bulk_create([
-        FailedJob(queue=queue_name, job_id=f"{i:032x}", job_class="tests.jobs.Noop", args="{}", attempts=1,
-                  exception_class="builtins.RuntimeError")
-        for i in range(105)
-    ])
+    FailedJob.objects.bulk_create(
+        [
+            FailedJob(
+                queue=queue_name,
+                job_id=f"{i:032x}",
+                job_class="tests.jobs.Noop",
+                args="{}",
+                attempts=1,
+                exception_class="builtins.RuntimeError",
+            )
+            for i in range(105)
+        ]
+    )
     out, _ = run("queue_failed", f"--queue={queue_name}")
     rows = [line for line in out.splitlines()[1:] if not line.startswith("(")]
     assert len(rows) == 100
@@ -133,8 +155,12 @@ def test_queue_retry_pushes_again_with_attempts_reset_and_removes_the_record(que
     assert not FailedJob.objects.filter(pk=record.pk).exists()
     job = queue.pop(5, [queue_name])
     assert job is not None
-    assert (job.job_class, job.args, job.attempts, job.max_attempts) == ("tests.jobs.Fails",
-                                                                         {"label": "again", "token": SECRET}, 1, 1)
+    assert (job.job_class, job.args, job.attempts, job.max_attempts) == (
+        "tests.jobs.Fails",
+        {"label": "again", "token": SECRET},
+        1,
+        1,
+    )
     assert job.id != record.job_id and out.split()[-1].rstrip(".") == job.id
     queue.ack(job)
 
@@ -190,6 +216,7 @@ def test_retry_of_a_record_whose_push_fails_keeps_the_record(queue_name: str) ->
     """SqueHub: a failed requeue leaves the failed row intact."""
     record = make_record(queue_name, job_class="tests.jobs.Fails", args=json.dumps({"label": "x", "token": "t"}))
     with pytest.MonkeyPatch.context() as patch:
+
         def refuse(*args: object, **kwargs: object) -> None:
             raise ConnectionError("store unreachable")
 
@@ -257,9 +284,7 @@ def test_prune_keeps_a_record_exactly_at_the_cutoff(queue_name: str) -> None:
         (["queue_failed", "--queue=bad name"], "invalid"),
     ],
 )
-def test_bad_arguments_are_rejected_before_any_output_or_io(
-    args: list[str], message: str, queue_name: str
-) -> None:
+def test_bad_arguments_are_rejected_before_any_output_or_io(args: list[str], message: str, queue_name: str) -> None:
     record = make_record(queue_name)
     FailedJob.objects.filter(pk=record.pk).update(failed_at=timezone.now() - timedelta(days=365))
     before = FailedJob.objects.count()

@@ -31,9 +31,25 @@ def _worker_run(queue_name: str) -> subprocess.CompletedProcess[str]:
     """queue_work at the highest verbosity, with no project logging: every line the worker can print."""
     env = {**os.environ, "KINETIS_TESTS_SUBPROCESS": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "django", "queue_work", "--settings=tests.operator_settings", "-v", "3",
-         "--connection=sqlite", f"--queue={queue_name}", "--stop-when-empty", "--sleep=0.5", "--backoff=0"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=90,
+        [
+            sys.executable,
+            "-m",
+            "django",
+            "queue_work",
+            "--settings=tests.operator_settings",
+            "-v",
+            "3",
+            "--connection=sqlite",
+            f"--queue={queue_name}",
+            "--stop-when-empty",
+            "--sleep=0.5",
+            "--backoff=0",
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
     )
 
 
@@ -68,9 +84,11 @@ def test_a_secret_appears_nowhere_but_the_raw_record(job: Any, queue_name: str) 
     admin = User.objects.create_superuser(f"admin-{job_id[:12]}", password="x")
     client = Client()
     client.force_login(admin)
-    for url in (reverse("admin:kinetis_queue_failedjob_changelist"),
-                reverse("admin:kinetis_queue_failedjob_change", args=[record.pk]),
-                reverse("admin:kinetis_queue_failedjob_history", args=[record.pk])):
+    for url in (
+        reverse("admin:kinetis_queue_failedjob_changelist"),
+        reverse("admin:kinetis_queue_failedjob_change", args=[record.pk]),
+        reverse("admin:kinetis_queue_failedjob_history", args=[record.pk]),
+    ):
         page = client.get(url)
         assert page.status_code == 200
         assert SECRET not in page.content.decode()
@@ -112,8 +130,11 @@ def test_a_rejected_sensitive_argument_names_neither_its_value_nor_its_location(
 
 def test_a_retry_error_on_a_tampered_sensitive_argument_shows_no_value(queue_name: str) -> None:
     record = FailedJob.objects.create(
-        queue=queue_name, job_id="1" * 32, job_class="tests.operator_jobs.TakesSecret",
-        args=json.dumps({"label": "x", "token": SECRET, "injected": SECRET}), attempts=1,
+        queue=queue_name,
+        job_id="1" * 32,
+        job_class="tests.operator_jobs.TakesSecret",
+        args=json.dumps({"label": "x", "token": SECRET, "injected": SECRET}),
+        attempts=1,
         exception_class="builtins.RuntimeError",
     )
     out = io.StringIO()

@@ -66,22 +66,32 @@ def test_queue_status_figures_match_the_store(
     held = queue.pop(5, [queue_name])
     assert held is not None
     for _ in range(2):
-        FailedJob.objects.create(connection=backend.connection, queue=queue_name, job_id="0" * 32,
-                                 job_class="tests.jobs.Noop", args="{}", attempts=1,
-                                 exception_class="builtins.RuntimeError")
+        FailedJob.objects.create(
+            connection=backend.connection,
+            queue=queue_name,
+            job_id="0" * 32,
+            job_class="tests.jobs.Noop",
+            args="{}",
+            attempts=1,
+            exception_class="builtins.RuntimeError",
+        )
     stats = queue.stats(queue_name)
     assert stats.ready is not None and stats.delayed is not None, "Queue.stats() does not split size()"
     reserved = None if backend.id == "rabbitmq" else 1
     approximate = backend.id in ("sqs", "rabbitmq")
     assert stats.approximate is approximate
 
-    figures = json.loads(run("queue_status", f"--connection={backend.connection}", f"--queue={queue_name}",
-                             "--json"))
+    figures = json.loads(run("queue_status", f"--connection={backend.connection}", f"--queue={queue_name}", "--json"))
     [shown] = figures["connections"]
     assert shown["connection"] == backend.connection and shown["error"] is None
     [row] = shown["queues"]
     assert (row["queue"], row["ready"], row["delayed"], row["reserved"], row["failed"]) == (
-        queue_name, 1, 1, reserved, 2)
+        queue_name,
+        1,
+        1,
+        reserved,
+        2,
+    )
     assert row["waiting"] == queue.size(queue_name) == 2
     assert row["approximate"] is approximate
 
@@ -120,8 +130,15 @@ def test_an_expired_reservation_counts_as_ready(backend_id: str, queue_name: str
 def test_queue_status_without_a_queue_lists_the_backends_queues(queue_name: str) -> None:
     queue = connections.queues["sqlite"]
     queue.push(jobs.Noop(), queue=queue_name)
-    FailedJob.objects.create(connection=None, queue=queue_name + "f", job_id="0" * 32, job_class="x.Y", args="{}",
-                             attempts=1, exception_class="builtins.RuntimeError")
+    FailedJob.objects.create(
+        connection=None,
+        queue=queue_name + "f",
+        job_id="0" * 32,
+        job_class="x.Y",
+        args="{}",
+        attempts=1,
+        exception_class="builtins.RuntimeError",
+    )
     try:
         out, err = io.StringIO(), io.StringIO()
         try:
@@ -146,9 +163,12 @@ def test_the_sync_connection_has_nothing_waiting() -> None:
 
 def test_a_connection_that_cannot_be_read_is_reported_and_exits_non_zero() -> None:
     broken = {"BACKEND": "tests.support.custom_backends.NotClearable"}
-    setting = {"DEFAULT_CONNECTION": "sqlite", "CONNECTIONS": {
-        "sqlite": {"BACKEND": "sql", "DATABASE": "default"}, "odd": broken}}
+    setting = {
+        "DEFAULT_CONNECTION": "sqlite",
+        "CONNECTIONS": {"sqlite": {"BACKEND": "sql", "DATABASE": "default"}, "odd": broken},
+    }
     with override_settings(KINETIS_QUEUE=setting), pytest.MonkeyPatch.context() as patch:
+
         def down(self: object, queue: str) -> int:
             raise ConnectionError("server unreachable")
 
@@ -188,8 +208,12 @@ def test_queue_restart_moves_the_generation_of_one_or_every_connection() -> None
     out = run("queue_restart", "--connection=sqlite")
     assert sqlite.read() == first + 1 and postgres.read() == other
     assert f"connection 'sqlite' (generation {first + 1})" in out
-    with override_settings(KINETIS_QUEUE={"DEFAULT_CONNECTION": "sqlite", "CONNECTIONS": {
-            "sqlite": {"BACKEND": "sql"}, "postgres": {"BACKEND": "sql", "DATABASE": "postgres"}}}):
+    with override_settings(
+        KINETIS_QUEUE={
+            "DEFAULT_CONNECTION": "sqlite",
+            "CONNECTIONS": {"sqlite": {"BACKEND": "sql"}, "postgres": {"BACKEND": "sql", "DATABASE": "postgres"}},
+        }
+    ):
         out = run("queue_restart")
     assert sqlite.read() == first + 2 and postgres.read() == other + 1
     assert len(out.splitlines()) == 2
@@ -200,12 +224,15 @@ def test_queue_restart_reports_a_connection_it_cannot_reach_and_restarts_the_oth
 ) -> None:
     from kinetis_queue import conf
 
-    monkeypatch.setitem(conf.BUILTIN_BACKENDS, "redis",
-                        ("kinetis_queue.backends.redis.RedisQueue", "no_such_client_library", "redis"))
+    monkeypatch.setitem(
+        conf.BUILTIN_BACKENDS, "redis", ("kinetis_queue.backends.redis.RedisQueue", "no_such_client_library", "redis")
+    )
     sqlite = DatabaseRestartMarker("sqlite")
     first = sqlite.read()
-    setting = {"DEFAULT_CONNECTION": "sqlite", "CONNECTIONS": {
-        "sqlite": {"BACKEND": "sql"}, "fast": {"BACKEND": "redis", "URL": "redis://127.0.0.1:6379/0"}}}
+    setting = {
+        "DEFAULT_CONNECTION": "sqlite",
+        "CONNECTIONS": {"sqlite": {"BACKEND": "sql"}, "fast": {"BACKEND": "redis", "URL": "redis://127.0.0.1:6379/0"}},
+    }
     out, err = io.StringIO(), io.StringIO()
     with override_settings(KINETIS_QUEUE=setting):
         with pytest.raises(CommandError, match="restart not requested for connection"):

@@ -107,14 +107,19 @@ def test_tier_names_carry_their_length_and_a_dot() -> None:
     """Contract: Delay ladder ({queue}.delay.{seconds}s and a matching .in exchange; a '.' avoids collisions)."""
     assert ladder.TIERS == 22
     assert [ladder.holding_queue("jobs", tier) for tier in (0, 1, 2, 21)] == [
-        "jobs.delay.1s", "jobs.delay.2s", "jobs.delay.4s", "jobs.delay.2097152s",
+        "jobs.delay.1s",
+        "jobs.delay.2s",
+        "jobs.delay.4s",
+        "jobs.delay.2097152s",
     ]
     assert ladder.tier_exchange("jobs", 11) == "jobs.delay.2048s.in"
     assert ladder.MAX_DELAY == 4_194_303
     assert ladder.holding_arguments("jobs", 21)["x-message-ttl"] == 2**21 * 1000 < 2**31
     assert ladder.holding_arguments("jobs", 3)["x-dead-letter-exchange"] == "jobs.delay.4s.in"
     assert ladder.holding_arguments("jobs", 0) == {
-        "x-message-ttl": 1000, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "jobs",
+        "x-message-ttl": 1000,
+        "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "jobs",
     }
 
 
@@ -163,8 +168,9 @@ def test_delays_round_up_to_whole_seconds(delay: float, seconds: int) -> None:
 
 
 @pytest.mark.parametrize("delay", [ladder.MAX_DELAY + 0.5, ladder.MAX_DELAY + 1, 10**9])
-def test_a_delay_past_the_ladder_is_rejected_before_anything_is_sent(rabbit: RabbitMqQueue, queue_name: str,
-                                                                     delay: float) -> None:
+def test_a_delay_past_the_ladder_is_rejected_before_anything_is_sent(
+    rabbit: RabbitMqQueue, queue_name: str, delay: float
+) -> None:
     """Contract: What push() guarantees (RabbitMQ's 4,194,303-second ceiling, raised before anything is sent)."""
     with pytest.raises(InvalidQueueArgumentError, match="4194303"):
         rabbit.push(Noop(), delay=delay, queue=queue_name)
@@ -174,8 +180,9 @@ def test_a_delay_past_the_ladder_is_rejected_before_anything_is_sent(rabbit: Rab
     assert rabbit.size(queue_name) == 0
 
 
-def test_the_longest_delay_is_accepted_and_waits_in_the_top_tier(rabbit: RabbitMqQueue, queue_name: str,
-                                                                  raw: Any) -> None:
+def test_the_longest_delay_is_accepted_and_waits_in_the_top_tier(
+    rabbit: RabbitMqQueue, queue_name: str, raw: Any
+) -> None:
     """Contract: Delay ladder (4,194,303 s enters at the top tier, 2,097,152 s)."""
     rabbit.push(Noop(), delay=ladder.MAX_DELAY, queue=queue_name)
 
@@ -185,8 +192,9 @@ def test_the_longest_delay_is_accepted_and_waits_in_the_top_tier(rabbit: RabbitM
     assert rabbit.size(queue_name) == 0
 
 
-def test_a_release_past_the_ladder_is_rejected_and_the_job_stays_reserved(rabbit: RabbitMqQueue,
-                                                                          queue_name: str) -> None:
+def test_a_release_past_the_ladder_is_rejected_and_the_job_stays_reserved(
+    rabbit: RabbitMqQueue, queue_name: str
+) -> None:
     """Contract: release() across backends (RabbitMQ's own ceiling, checked before any I/O)."""
     rabbit.push(Noop(), queue=queue_name)
     job = rabbit.pop(5, [queue_name])
@@ -283,8 +291,9 @@ def test_a_job_released_twice_through_two_tiers_arrives_each_time(rabbit: Rabbit
     assert rabbit.size(queue_name) == 0
 
 
-def test_a_delayed_push_declares_durable_tiers_up_to_its_highest_bit(rabbit: RabbitMqQueue, queue_name: str,
-                                                                    raw: Any) -> None:
+def test_a_delayed_push_declares_durable_tiers_up_to_its_highest_bit(
+    rabbit: RabbitMqQueue, queue_name: str, raw: Any
+) -> None:
     """Contract: Delay ladder (a delayed push declares the tiers its delay uses; tiers are ordinary durable queues).
 
     A redeclaration that differs only in durability is refused by the broker (406), which proves what the
@@ -296,8 +305,9 @@ def test_a_delayed_push_declares_durable_tiers_up_to_its_highest_bit(rabbit: Rab
         name = ladder.holding_queue(queue_name, tier)
         assert raw.queue_declare(name, passive=True).message_count == (1 if tier == 2 else 0)
         with pytest.raises(amqp.exceptions.PreconditionFailed, match="durable"):
-            raw.queue_declare(name, durable=False, auto_delete=False,
-                              arguments=ladder.holding_arguments(queue_name, tier))
+            raw.queue_declare(
+                name, durable=False, auto_delete=False, arguments=ladder.holding_arguments(queue_name, tier)
+            )
         with pytest.raises(amqp.exceptions.PreconditionFailed, match="durable"):
             raw.exchange_declare(ladder.tier_exchange(queue_name, tier), "topic", durable=False, auto_delete=False)
     with pytest.raises(amqp.exceptions.PreconditionFailed, match="durable"):
@@ -309,8 +319,9 @@ def test_a_delayed_push_declares_durable_tiers_up_to_its_highest_bit(rabbit: Rab
     assert _exists(BROKER, ladder.holding_queue(queue_name, 21))
 
 
-def test_every_tier_lives_without_x_expires_behind_its_exchange(rabbit: RabbitMqQueue, queue_name: str,
-                                                               raw: Any) -> None:
+def test_every_tier_lives_without_x_expires_behind_its_exchange(
+    rabbit: RabbitMqQueue, queue_name: str, raw: Any
+) -> None:
     """RELIABILITY.md §3 D5: no tier of the ladder can expire (a queue with ``x-expires`` is deleted once
     unused, with the delayed jobs in it), and every tier's dead-letter exchange exists.
 
@@ -365,8 +376,9 @@ def test_stats_split_ready_and_delayed_jobs(rabbit: RabbitMqQueue, queue_name: s
 # -- publishing --------------------------------------------------------------------------------------
 
 
-def test_a_push_to_a_queue_deleted_under_the_pusher_is_not_confirmed(rabbit: RabbitMqQueue, queue_name: str,
-                                                                     raw: Any) -> None:
+def test_a_push_to_a_queue_deleted_under_the_pusher_is_not_confirmed(
+    rabbit: RabbitMqQueue, queue_name: str, raw: Any
+) -> None:
     """Contract: Publishing (mandatory publishing turns a deleted queue into PublishNotConfirmedError, never a
     silent drop)."""
     rabbit.push(Noop(), queue=queue_name)
@@ -381,8 +393,7 @@ def test_a_push_to_a_queue_deleted_under_the_pusher_is_not_confirmed(rabbit: Rab
     assert rabbit.size(queue_name) == 1
 
 
-def test_a_delayed_push_into_a_deleted_tier_is_not_confirmed(rabbit: RabbitMqQueue, queue_name: str,
-                                                             raw: Any) -> None:
+def test_a_delayed_push_into_a_deleted_tier_is_not_confirmed(rabbit: RabbitMqQueue, queue_name: str, raw: Any) -> None:
     """Contract: Publishing (a delayed publish is mandatory too: a tier deleted under the pusher is an error)."""
     rabbit.push(Noop(), delay=2, queue=queue_name)
     raw.queue_delete(ladder.holding_queue(queue_name, 1))
@@ -402,8 +413,13 @@ def rejecting_policy(queue_name: str) -> Iterator[None]:
         pytest.skip("rabbitmqctl is not available to set a queue-length policy")
     name = f"kinetis-test-{queue_name}"
     policy = json.dumps({"max-length": 0, "overflow": "reject-publish"})
-    done = subprocess.run([ctl, "-q", "set_policy", "--apply-to", "queues", name, f"^{queue_name}$", policy],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [ctl, "-q", "set_policy", "--apply-to", "queues", name, f"^{queue_name}$", policy],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if done.returncode != 0:
         pytest.skip(f"rabbitmqctl set_policy failed: {done.stderr.strip()}")
     try:
@@ -422,8 +438,9 @@ def test_a_nacked_publish_raises_and_the_connection_goes_on(rabbit: RabbitMqQueu
     assert rabbit.size(f"{queue_name}-other") == 0  # same connection, still usable
 
 
-def test_a_publish_whose_connection_dropped_is_not_confirmed(make_queue: Callable[..., RabbitMqQueue],
-                                                             queue_name: str) -> None:
+def test_a_publish_whose_connection_dropped_is_not_confirmed(
+    make_queue: Callable[..., RabbitMqQueue], queue_name: str
+) -> None:
     """Contract: Publishing (no confirmation at all raises PublishNotConfirmedError; the next call reconnects).
 
     Heartbeats are off, so no pump thread can notice the dropped connection before the push does.
@@ -439,8 +456,9 @@ def test_a_publish_whose_connection_dropped_is_not_confirmed(make_queue: Callabl
     assert rabbit.size(queue_name) == 2
 
 
-def test_an_unreachable_broker_is_a_connection_failure_without_the_password(make_queue: Callable[..., Any],
-                                                                           queue_name: str) -> None:
+def test_an_unreachable_broker_is_a_connection_failure_without_the_password(
+    make_queue: Callable[..., Any], queue_name: str
+) -> None:
     """Contract: Failure vocabulary (nothing was sent); messages never repeat credentials."""
     queue = make_queue(url="amqp://someone:s3cret-pass@127.0.0.1:9/")
 
@@ -453,8 +471,9 @@ def test_an_unreachable_broker_is_a_connection_failure_without_the_password(make
 # -- what a message carries ---------------------------------------------------------------------------
 
 
-def test_push_writes_no_attempts_header_and_release_writes_one(rabbit: RabbitMqQueue, queue_name: str,
-                                                               raw: Any) -> None:
+def test_push_writes_no_attempts_header_and_release_writes_one(
+    rabbit: RabbitMqQueue, queue_name: str, raw: Any
+) -> None:
     """Contract: Settlement (attempts, maxAttempts and metadata travel as headers; only release() writes attempts;
     messages are persistent)."""
     job_id = rabbit.push(Records("headers"), queue=queue_name, max_attempts=4)
@@ -542,8 +561,9 @@ def test_a_settled_delivery_cannot_be_settled_again(rabbit: RabbitMqQueue, queue
     assert rabbit._session is session and rabbit.size(queue_name) == 1
 
 
-def test_a_receipt_settles_only_on_the_queue_that_popped_it(make_queue: Callable[..., RabbitMqQueue],
-                                                           queue_name: str) -> None:
+def test_a_receipt_settles_only_on_the_queue_that_popped_it(
+    make_queue: Callable[..., RabbitMqQueue], queue_name: str
+) -> None:
     """Contract: Delivery receipts (a delivery tag is scoped to its channel)."""
     first, second = make_queue(), make_queue()
     first.push(Noop(), queue=queue_name)
@@ -631,8 +651,11 @@ def test_a_malformed_message_is_rejected_and_the_queue_flows_on(
 def test_a_well_formed_foreign_message_is_delivered(rabbit: RabbitMqQueue, queue_name: str, raw: Any) -> None:
     """Contract: Settlement (a message without an attempts header is on its first attempt)."""
     rabbit.size(queue_name)
-    raw.basic_publish_confirm(amqp.Message(json.dumps(GOOD_BODY).encode(), application_headers=GOOD_HEADERS),
-                              exchange="", routing_key=queue_name)
+    raw.basic_publish_confirm(
+        amqp.Message(json.dumps(GOOD_BODY).encode(), application_headers=GOOD_HEADERS),
+        exchange="",
+        routing_key=queue_name,
+    )
 
     job = rabbit.pop(5, [queue_name])
 
@@ -698,8 +721,10 @@ def test_a_url_the_queue_cannot_use_fails_when_built_naming_the_key_but_not_the_
 
 def test_heartbeat_comes_from_the_settings(janitor: set[str], queue_name: str) -> None:
     """DESIGN.md §5: HEARTBEAT (seconds, 0 = off) is the interval proposed to the broker."""
-    setting = {"CONNECTIONS": {"rabbit": {"BACKEND": "rabbitmq", "URL": RABBITMQ_URL, "HEARTBEAT": 7}},
-               "DEFAULT_CONNECTION": "rabbit"}
+    setting = {
+        "CONNECTIONS": {"rabbit": {"BACKEND": "rabbitmq", "URL": RABBITMQ_URL, "HEARTBEAT": 7}},
+        "DEFAULT_CONNECTION": "rabbit",
+    }
     with override_settings(KINETIS_QUEUE=setting):
         queue = connections.build("rabbit")
     assert isinstance(queue, RabbitMqQueue)

@@ -42,13 +42,27 @@ def rabbit(queue_name: str) -> Iterator[RabbitMqQueue]:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "KINETIS_TESTS_SUBPROCESS": "1", "PYTHONPATH": str(ROOT),
-            "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    return {
+        **os.environ,
+        "KINETIS_TESTS_SUBPROCESS": "1",
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+    }
 
 
 def _worker_command(queue: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "django", "queue_work", "--settings=tests.settings", "--connection=rabbitmq",
-            f"--queue={queue}", "-v", "0", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "django",
+        "queue_work",
+        "--settings=tests.settings",
+        "--connection=rabbitmq",
+        f"--queue={queue}",
+        "-v",
+        "0",
+        *extra,
+    ]
 
 
 def test_a_job_three_heartbeats_long_keeps_its_connection_and_its_delivery(
@@ -108,8 +122,13 @@ def test_a_sigkilled_worker_loses_nothing_and_its_job_keeps_its_attempt_count(
     # No reservation to wait out: the broker requeued the delivery when the killed process's socket closed.
     wait_until(lambda: rabbit.size(queue_name) == 1, timeout=10)
     second = subprocess.run(
-        _worker_command(queue_name, "--once", "--sleep=10"), env=_env(), cwd=ROOT, timeout=90,
-        capture_output=True, text=True, check=False,
+        _worker_command(queue_name, "--once", "--sleep=10"),
+        env=_env(),
+        cwd=ROOT,
+        timeout=90,
+        capture_output=True,
+        text=True,
+        check=False,
     )
 
     assert second.returncode == 0, second.stderr
@@ -122,8 +141,13 @@ def test_competing_processes_never_reserve_a_job_twice(rabbit: RabbitMqQueue, qu
     """Contract: At-least-once delivery (RabbitMQ reserves what a basic.get finds in one atomic step)."""
     pushed = {rabbit.push(Noop(), queue=queue_name) for _ in range(150)}
     poppers = [
-        subprocess.Popen([sys.executable, "-m", "tests.support.popper", "rabbitmq", queue_name], env=_env(), cwd=ROOT,
-                         stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.support.popper", "rabbitmq", queue_name],
+            env=_env(),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(3)
     ]
     settled: list[str] = []

@@ -98,9 +98,7 @@ def test_keys_are_prefixed_per_queue_with_the_spec_names(queue: RedisQueue, pref
     assert tuple(queue.keys(queue_name)) == (base + "pending", base + "delayed", base + "leased")
 
 
-def test_a_push_stores_the_full_envelope_on_pending(
-    queue: RedisQueue, server: redis.Redis, queue_name: str
-) -> None:
+def test_a_push_stores_the_full_envelope_on_pending(queue: RedisQueue, server: redis.Redis, queue_name: str) -> None:
     """Contract: Backend mechanisms: Redis (members are the JSON envelope with all seven fields, a 32-hex id)."""
     job_id = queue.push(Records("stored", [1, 2]), queue=queue_name, max_attempts=4)
 
@@ -174,11 +172,20 @@ def test_a_worker_with_a_skewed_clock_does_not_reclaim_live_leases(
     # long ago, and the delayed job is due.
     if shutil.which("faketime") is None:
         pytest.fail("faketime is not installed: bash scripts/system-deps.sh installs it", pytrace=False)
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT),
-           "KINETIS_TESTS_SUBPROCESS": "1", "DONT_FAKE_MONOTONIC": "1"}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "PYTHONPATH": str(ROOT),
+        "KINETIS_TESTS_SUBPROCESS": "1",
+        "DONT_FAKE_MONOTONIC": "1",
+    }
     done = subprocess.run(
         ["faketime", "-f", "+1h", sys.executable, "-c", SKEWED_POP, REDIS_URL, prefix, queue_name],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -339,8 +346,15 @@ def test_renewal_moves_the_expiry_by_redis_time(queue: RedisQueue, server: redis
 
 
 def _envelope(**fields: Any) -> dict[str, Any]:
-    base = {"id": uuid.uuid4().hex, "pushedAt": 1.5, "class": "tests.jobs.Noop", "args": {}, "attempts": 0,
-            "maxAttempts": None, "metadata": {}}
+    base = {
+        "id": uuid.uuid4().hex,
+        "pushedAt": 1.5,
+        "class": "tests.jobs.Noop",
+        "args": {},
+        "attempts": 0,
+        "maxAttempts": None,
+        "metadata": {},
+    }
     return {**base, **fields}
 
 
@@ -497,17 +511,43 @@ def _load(entry: dict[str, Any], caches: dict[str, Any] | None = None) -> conf.Q
         ({"URL": REDIS_URL, "SOCKET_TIMEOUT": 0}, None, "KINETIS_QUEUE['CONNECTIONS']['fast']['SOCKET_TIMEOUT']"),
         ({"URL": REDIS_URL, "HOST": "x"}, None, "KINETIS_QUEUE['CONNECTIONS']['fast']['HOST']"),
         ({"CACHE": "nope"}, None, "KINETIS_QUEUE['CONNECTIONS']['fast']['CACHE']"),
-        ({"CACHE": "local"}, {"local": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
-         "KINETIS_QUEUE['CONNECTIONS']['fast']['CACHE']"),
-        ({"CACHE": "r"}, {"r": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "h:1"}},
-         "CACHES['r']['LOCATION']"),
-        ({"CACHE": "r"}, {"r": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": REDIS_URL,
-                               "OPTIONS": {"CLIENT_CLASS": "django_redis.client.ShardClient"}}},
-         "CACHES['r']['OPTIONS']['CLIENT_CLASS']"),
+        (
+            {"CACHE": "local"},
+            {"local": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
+            "KINETIS_QUEUE['CONNECTIONS']['fast']['CACHE']",
+        ),
+        (
+            {"CACHE": "r"},
+            {"r": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "h:1"}},
+            "CACHES['r']['LOCATION']",
+        ),
+        (
+            {"CACHE": "r"},
+            {
+                "r": {
+                    "BACKEND": "django_redis.cache.RedisCache",
+                    "LOCATION": REDIS_URL,
+                    "OPTIONS": {"CLIENT_CLASS": "django_redis.client.ShardClient"},
+                }
+            },
+            "CACHES['r']['OPTIONS']['CLIENT_CLASS']",
+        ),
     ],
-    ids=["cluster", "cluster-truthy", "no-url-or-cache", "url-and-cache", "url-scheme", "url-type", "prefix-type",
-         "socket-timeout-zero", "unknown-key", "cache-unknown-alias", "cache-not-redis", "cache-location-not-a-url",
-         "cache-sharded-client"],
+    ids=[
+        "cluster",
+        "cluster-truthy",
+        "no-url-or-cache",
+        "url-and-cache",
+        "url-scheme",
+        "url-type",
+        "prefix-type",
+        "socket-timeout-zero",
+        "unknown-key",
+        "cache-unknown-alias",
+        "cache-not-redis",
+        "cache-location-not-a-url",
+        "cache-sharded-client",
+    ],
 )
 def test_a_bad_redis_setting_is_rejected_at_start_up_naming_the_key(
     entry: dict[str, Any], caches: dict[str, Any] | None, named: str
@@ -534,13 +574,24 @@ def test_cluster_false_is_accepted() -> None:
     ("cache", "db"),
     [
         # The first server of LOCATION (Django writes there); "db" from OPTIONS, as Django's own client does.
-        pytest.param({"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                      "LOCATION": "redis://127.0.0.1:6379,redis://127.0.0.1:6380",
-                      "OPTIONS": {"db": 7, "socket_timeout": 3, "serializer": "x.Y", "parser_class": "x.Z"}},
-                     7, id="django-rediscache"),
-        pytest.param({"BACKEND": "django_redis.cache.RedisCache", "LOCATION": ["redis://127.0.0.1:6379"],
-                      "OPTIONS": {"SOCKET_TIMEOUT": 3, "CONNECTION_POOL_KWARGS": {"db": 8}, "SERIALIZER": "x.Y"}},
-                     8, id="django-redis"),
+        pytest.param(
+            {
+                "BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "LOCATION": "redis://127.0.0.1:6379,redis://127.0.0.1:6380",
+                "OPTIONS": {"db": 7, "socket_timeout": 3, "serializer": "x.Y", "parser_class": "x.Z"},
+            },
+            7,
+            id="django-rediscache",
+        ),
+        pytest.param(
+            {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": ["redis://127.0.0.1:6379"],
+                "OPTIONS": {"SOCKET_TIMEOUT": 3, "CONNECTION_POOL_KWARGS": {"db": 8}, "SERIALIZER": "x.Y"},
+            },
+            8,
+            id="django-redis",
+        ),
     ],
 )
 def test_cache_reuses_the_caches_connection_settings_on_a_connection_of_its_own(

@@ -36,8 +36,16 @@ def _env() -> dict[str, str]:
 
 def _worker_command(queue: str, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "django", "queue_work", "--settings=tests.settings",
-        f"--connection={CONNECTION}", f"--queue={queue}", "-v", "0", *extra,
+        sys.executable,
+        "-m",
+        "django",
+        "queue_work",
+        "--settings=tests.settings",
+        f"--connection={CONNECTION}",
+        f"--queue={queue}",
+        "-v",
+        "0",
+        *extra,
     ]
 
 
@@ -76,8 +84,12 @@ def test_a_sigkilled_worker_loses_nothing(queue_name: str, tmp_path: Path) -> No
 
     # A second real worker reclaims the job once the 1 s lease has expired, and completes it.
     second = subprocess.run(
-        _worker_command(queue_name, "--once", "--sleep=30"), env=_env(), cwd=ROOT, timeout=90,
-        capture_output=True, text=True,
+        _worker_command(queue_name, "--once", "--sleep=30"),
+        env=_env(),
+        cwd=ROOT,
+        timeout=90,
+        capture_output=True,
+        text=True,
     )
     assert second.returncode == 0, second.stderr
     assert done.read_text() == "2"  # the job ran again, as attempt 2, and only once more
@@ -93,7 +105,10 @@ def test_competing_processes_never_reserve_a_job_twice(queue_name: str) -> None:
     poppers = [
         subprocess.Popen(
             [sys.executable, "-m", "tests.support.popper", CONNECTION, queue_name],
-            env=_env(), cwd=ROOT, stdout=subprocess.PIPE, text=True,
+            env=_env(),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for _ in range(3)
     ]

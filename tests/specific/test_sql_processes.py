@@ -31,8 +31,16 @@ def _env() -> dict[str, str]:
 
 def _worker_command(backend: Backend, queue: str, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "django", "queue_work", "--settings=tests.settings",
-        f"--connection={backend.connection}", f"--queue={queue}", "-v", "0", *extra,
+        sys.executable,
+        "-m",
+        "django",
+        "queue_work",
+        "--settings=tests.settings",
+        f"--connection={backend.connection}",
+        f"--queue={queue}",
+        "-v",
+        "0",
+        *extra,
     ]
 
 
@@ -60,8 +68,12 @@ def test_a_sigkilled_worker_loses_nothing(backend: Backend, queue_name: str, tmp
 
     # A second real worker takes the job over once the 1 s visibility timeout has passed.
     second = subprocess.run(
-        _worker_command(backend, queue_name, "--once", "--sleep=30"), env=_env(), cwd=ROOT, timeout=90,
-        capture_output=True, text=True,
+        _worker_command(backend, queue_name, "--once", "--sleep=30"),
+        env=_env(),
+        cwd=ROOT,
+        timeout=90,
+        capture_output=True,
+        text=True,
     )
     assert second.returncode == 0, second.stderr
     assert done.read_text() == "2"  # the job ran again, as attempt 2
@@ -78,7 +90,10 @@ def test_competing_processes_never_reserve_a_job_twice(backend: Backend, queue_n
     poppers = [
         subprocess.Popen(
             [sys.executable, "-m", "tests.support.popper", backend.connection, queue_name],
-            env=_env(), cwd=ROOT, stdout=subprocess.PIPE, text=True,
+            env=_env(),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for _ in range(3)
     ]

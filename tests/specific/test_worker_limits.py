@@ -28,8 +28,13 @@ from tests.support.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The SQL connections alone (the other backends' client libraries need not be installed).
-SQL_ONLY = {"DEFAULT_CONNECTION": "sqlite", "CONNECTIONS": {
-    "sqlite": {"BACKEND": "sql", "DATABASE": "default"}, "postgres": {"BACKEND": "sql", "DATABASE": "postgres"}}}
+SQL_ONLY = {
+    "DEFAULT_CONNECTION": "sqlite",
+    "CONNECTIONS": {
+        "sqlite": {"BACKEND": "sql", "DATABASE": "default"},
+        "postgres": {"BACKEND": "sql", "DATABASE": "postgres"},
+    },
+}
 JOB_LINE = re.compile(
     r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] (?P<cls>[\w.]+) on (?P<queue>[\w-]+), attempt (?P<attempt>\d+): "
     r"(?P<outcome>succeeded|released|failed|lost) in \d+\.\d{3}s(?P<detail>.*)$"
@@ -173,8 +178,7 @@ def test_an_infrastructure_failure_exits_error_and_non_zero(queue_name: str) -> 
 def test_timeout_ends_a_job_stuck_in_a_loop_as_its_own_failure(queue_name: str, tmp_path: Path) -> None:
     marker = tmp_path / "started"
     job_id = queues["sqlite"].push(operator_jobs.Loops(str(marker), 600), queue=queue_name, max_attempts=1)
-    result = work("--connection=sqlite", f"--queue={queue_name}", "--once", "--timeout=1", "--sleep=5",
-                  timeout=60)
+    result = work("--connection=sqlite", f"--queue={queue_name}", "--once", "--timeout=1", "--sleep=5", timeout=60)
     assert marker.read_text() == "1"
     assert result.returncode == 0 and _stopped(result) == "completed:1"
     record = FailedJob.objects.get(job_id=job_id)
@@ -187,8 +191,15 @@ def test_a_timed_out_attempt_follows_the_retry_rules(queue_name: str, tmp_path: 
     marker = tmp_path / "started"
     queue = queues["sqlite"]
     queue.push(operator_jobs.Loops(str(marker), 600), queue=queue_name, max_attempts=2)
-    result = work("--connection=sqlite", f"--queue={queue_name}", "--once", "--timeout=0.5", "--backoff=0",
-                  "--sleep=5", timeout=60)
+    result = work(
+        "--connection=sqlite",
+        f"--queue={queue_name}",
+        "--once",
+        "--timeout=0.5",
+        "--backoff=0",
+        "--sleep=5",
+        timeout=60,
+    )
     assert result.returncode == 0
     [line] = [m for m in map(JOB_LINE.match, result.stdout.splitlines()) if m]
     assert (line["outcome"], line["detail"]) == ("released", " (JobTimeoutError, retry in 0s)")
@@ -239,8 +250,7 @@ def test_one_readable_line_per_job_and_nothing_at_verbosity_0(queue_name: str) -
     queue = queues["sqlite"]
     queue.push(jobs.Noop(), queue=queue_name)
     queue.push(jobs.Fails("label", token="s3cr3t"), queue=queue_name, max_attempts=2)
-    result = work("--connection=sqlite", f"--queue={queue_name}", "--stop-when-empty", "--backoff=0",
-                  "--sleep=0.5")
+    result = work("--connection=sqlite", f"--queue={queue_name}", "--stop-when-empty", "--backoff=0", "--sleep=0.5")
     lines = [m for m in map(JOB_LINE.match, result.stdout.splitlines()) if m]
     assert [(m["cls"], m["queue"], m["attempt"], m["outcome"], m["detail"]) for m in lines] == [
         ("tests.jobs.Noop", queue_name, "1", "succeeded", ""),
@@ -261,7 +271,7 @@ def test_verbosity_levels_choose_the_log_lines(queue_name: str) -> None:
     normal = work("--connection=sqlite", f"--queue={queue_name}", "--once", "--sleep=5")
     assert "succeeded (attempt 1)" not in normal.stderr  # -v 1: warnings and errors only
     verbose = work("-v", "2", "--connection=sqlite", f"--queue={queue_name}", "--once", "--backoff=0", "--sleep=5")
-    assert "WARNING kinetis_queue.worker Job \"tests.jobs.Fails\" failed (attempt 1), retrying in 0s" in verbose.stderr
+    assert 'WARNING kinetis_queue.worker Job "tests.jobs.Fails" failed (attempt 1), retrying in 0s' in verbose.stderr
     queue.push(jobs.Noop(), queue=queue_name)
     verbose = work("-v", "2", "--connection=sqlite", f"--queue={queue_name}", "--stop-when-empty", "--sleep=0.5")
     assert 'INFO kinetis_queue.worker Job "tests.jobs.Noop" succeeded (attempt 1)' in verbose.stderr
@@ -272,8 +282,16 @@ def test_verbosity_levels_choose_the_log_lines(queue_name: str) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["--max-jobs=0"], ["--max-jobs=1.5"], ["--max-time=0"], ["--memory=-1"], ["--timeout=0"], ["--timeout=inf"],
-     ["--processes=0"], ["--processes=two"]],
+    [
+        ["--max-jobs=0"],
+        ["--max-jobs=1.5"],
+        ["--max-time=0"],
+        ["--memory=-1"],
+        ["--timeout=0"],
+        ["--timeout=inf"],
+        ["--processes=0"],
+        ["--processes=two"],
+    ],
 )
 def test_limits_are_validated_before_anything_is_printed(args: list[str]) -> None:
     result = work("--connection=sqlite", *args)
@@ -290,8 +308,14 @@ def test_processes_runs_n_workers_restarts_a_dead_one_and_forwards_sigterm(
     out = tmp_path / "runs"
     supervisor = Running("--processes=2", "--connection=postgres", f"--queue={queue_name}", "--sleep=0.5")
     running.append(supervisor)
-    pids = wait_until(lambda: [int(p) for p in re.findall(r"started \(pid (\d+)\)", "\n".join(supervisor.lines))]
-                      if supervisor.saw("worker 2 started") else None, timeout=60)
+    pids = wait_until(
+        lambda: (
+            [int(p) for p in re.findall(r"started \(pid (\d+)\)", "\n".join(supervisor.lines))]
+            if supervisor.saw("worker 2 started")
+            else None
+        ),
+        timeout=60,
+    )
     assert len(pids) == 2
     wait_until(lambda: sum("watching" in line for line in supervisor.lines) == 2, timeout=60)  # both running
     queue = queues["postgres"]
@@ -314,8 +338,7 @@ def test_processes_runs_n_workers_restarts_a_dead_one_and_forwards_sigterm(
 
 
 def test_processes_exits_when_its_children_have_stopped(queue_name: str) -> None:
-    result = work("--processes=2", "--connection=sqlite", f"--queue={queue_name}", "--stop-when-empty",
-                  "--sleep=0.2")
+    result = work("--processes=2", "--connection=sqlite", f"--queue={queue_name}", "--stop-when-empty", "--sleep=0.2")
     assert result.returncode == 0
     assert result.stdout.count("Worker stopped (empty) after 0 job(s).") == 2
     assert result.stdout.count("stopped with status 0.") == 2

@@ -55,12 +55,26 @@ BACKENDS = [
     Backend("redis", "redis", service="Redis at 127.0.0.1:6379"),
     # Spec, SQS: no fence (SQS answers a stale receipt handle itself), a best-effort visibility timeout,
     # not a ClearableQueue. The sqs_queues fixture starts moto's server and creates each test's queues.
-    Backend("sqs", "sqs", service="moto's server (started by the tests)", fenced=False, atomic_reserve=False,
-            counts_delayed_release=False, pauses_between_sweeps=False, setup="sqs_queues"),
+    Backend(
+        "sqs",
+        "sqs",
+        service="moto's server (started by the tests)",
+        fenced=False,
+        atomic_reserve=False,
+        counts_delayed_release=False,
+        pauses_between_sweeps=False,
+        setup="sqs_queues",
+    ),
     # Spec, RabbitMQ: no fence (a delivery tag is scoped to its channel), not renewable, and an unsettled
     # delivery is requeued when its connection drops. rabbitmq_queues deletes each test's queues and ladders.
-    Backend("rabbitmq", "rabbitmq", service="RabbitMQ at 127.0.0.1:5672", fenced=False, recovers_by="connection",
-            setup="rabbitmq_queues"),
+    Backend(
+        "rabbitmq",
+        "rabbitmq",
+        service="RabbitMQ at 127.0.0.1:5672",
+        fenced=False,
+        recovers_by="connection",
+        setup="rabbitmq_queues",
+    ),
 ]
 
 SQL_BACKENDS = [b for b in BACKENDS if b.database is not None]

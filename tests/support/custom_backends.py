@@ -41,5 +41,6 @@ class WithOptions(NotClearable):
     """A custom backend that declares its own keys: conf.py checks them and fills in their defaults."""
 
     backend_name = "withoptions"
-    settings_schema = BackendOptions((Option("COLOUR", "blue", _colour), Option("LIMIT", 5, integer(1, 10))),
-                                     max_visibility_timeout=600)
+    settings_schema = BackendOptions(
+        (Option("COLOUR", "blue", _colour), Option("LIMIT", 5, integer(1, 10))), max_visibility_timeout=600
+    )

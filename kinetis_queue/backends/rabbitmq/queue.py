@@ -167,7 +167,10 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         # Runs in the pump thread with the lock held.
         logger.warning(
             "RabbitMQ connection to %s lost while idle or while a job ran (%s: %s); its unsettled "
-            "deliveries are requeued by the broker", self._params.describe(), type(exc).__name__, exc,
+            "deliveries are requeued by the broker",
+            self._params.describe(),
+            type(exc).__name__,
+            exc,
         )
         self._discard(session)
 
@@ -265,7 +268,9 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
                 self._publish(session, handle.queue, seconds, handle.body, headers, handle.job_id)
             crashpoints.reach("rmq_after_release_confirm")  # test-only; off unless KQ_CRASHPOINT names it
             self._settle(
-                handle, JobSettlement.RELEASE, lambda session: session.deliveries.basic_reject(handle.tag, False),
+                handle,
+                JobSettlement.RELEASE,
+                lambda session: session.deliveries.basic_reject(handle.tag, False),
                 published=True,
             )
 
@@ -376,7 +381,11 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             )
 
     def _settle(
-        self, handle: RabbitMqDelivery, operation: JobSettlement, send: Callable[[Session], None], *,
+        self,
+        handle: RabbitMqDelivery,
+        operation: JobSettlement,
+        send: Callable[[Session], None],
+        *,
         published: bool = False,
     ) -> None:
         """Send the one frame that settles a live delivery (basic.ack and basic.reject get no reply)."""
@@ -387,7 +396,8 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             self._discard(session)
             then = (
                 "the replacement is queued and the broker requeues the original: the job runs twice"
-                if published else "the broker requeues the delivery, with its attempt count unchanged"
+                if published
+                else "the broker requeues the delivery, with its attempt count unchanged"
             )
             raise ConnectionFailedError(
                 f"{operation.value}() could not be sent: the AMQP connection dropped ({type(exc).__name__}); {then}"

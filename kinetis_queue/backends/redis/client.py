@@ -86,9 +86,7 @@ def cache_connection(alias: str) -> tuple[str, dict[str, Any]]:
     return servers[0].strip(), kwargs
 
 
-def connection_factory(
-    url: str, options: Mapping[str, Any], socket_timeout: float | None
-) -> Callable[[], Connection]:
+def connection_factory(url: str, options: Mapping[str, Any], socket_timeout: float | None) -> Callable[[], Connection]:
     """What opens a connection to ``url`` (redis-py's own URL parsing); no I/O happens here.
 
     Precedence, lowest first: DEFAULT_SOCKET_TIMEOUT, ``options`` (a cache's), the URL's query

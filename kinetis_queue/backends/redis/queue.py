@@ -237,7 +237,7 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         while True:
             cursor, found = self._client.execute("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
             for key in found:
-                queue, _, kind = key[len(base):].rpartition(b":")
+                queue, _, kind = key[len(base) :].rpartition(b":")
                 name = queue.decode("ascii", "replace")
                 if kind in KEY_KINDS and QUEUE_NAME.fullmatch(name):
                     names.add(name)

@@ -57,10 +57,7 @@ def _order(queues: tuple[str, ...]) -> tuple[str, list[Any]]:
 def _select(queues: tuple[str, ...], now: float, expired_before: float, columns: str) -> tuple[str, list[Any]]:
     where, where_params = _candidates(queues)
     order, order_params = _order(queues)
-    sql = (
-        f"SELECT {columns} FROM kinetis_queue_jobs WHERE {where} AND {CLAIMABLE} "
-        f"ORDER BY {order} LIMIT 1"
-    )
+    sql = f"SELECT {columns} FROM kinetis_queue_jobs WHERE {where} AND {CLAIMABLE} ORDER BY {order} LIMIT 1"
     return sql, [*where_params, now, expired_before, *order_params]
 
 
@@ -106,8 +103,7 @@ def _claim_locked_transaction(
                 return None
             attempts = row[6] + (0 if row[9] is None else 1)
             cursor.execute(
-                "UPDATE kinetis_queue_jobs SET reserved_at = %s, reserved_token = %s, attempts = %s "
-                "WHERE id = %s",
+                "UPDATE kinetis_queue_jobs SET reserved_at = %s, reserved_token = %s, attempts = %s WHERE id = %s",
                 [now, token, attempts, row[0]],
             )
             cursor.execute("COMMIT")

@@ -50,9 +50,7 @@ RELEASE = (
     f"available_at = %s {FENCE}"
 )
 RENEW = f"UPDATE kinetis_queue_jobs SET reserved_at = %s {FENCE}"
-SIZE = (
-    "SELECT COUNT(*) FROM kinetis_queue_jobs WHERE queue = %s AND (reserved_at IS NULL OR reserved_at <= %s)"
-)
+SIZE = "SELECT COUNT(*) FROM kinetis_queue_jobs WHERE queue = %s AND (reserved_at IS NULL OR reserved_at <= %s)"
 CLEAR = "DELETE FROM kinetis_queue_jobs WHERE queue = %s AND reserved_at IS NULL"
 #: queue_status in one statement, so the figures are one snapshot: live reservations, delayed, all rows.
 STATS = (
@@ -93,9 +91,15 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     backend_name = "sql"
     settings_schema = OPTIONS
 
-    def __init__(self, *, database: str = "default", visibility_timeout: int = 300,
-                 prepared_statements: bool = True, connection: str | None = None,
-                 operation_timeout: float = DEFAULT_OPERATION_TIMEOUT) -> None:
+    def __init__(
+        self,
+        *,
+        database: str = "default",
+        visibility_timeout: int = 300,
+        prepared_statements: bool = True,
+        connection: str | None = None,
+        operation_timeout: float = DEFAULT_OPERATION_TIMEOUT,
+    ) -> None:
         super().__init__(connection=connection)
         self.database = database
         self.prepared_statements = prepared_statements
@@ -130,8 +134,12 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             if shared.vendor == "sqlite" and shared.is_in_memory_db():  # type: ignore[attr-defined]
                 return shared  # a second connection would see a different, empty database
             options = {**client_options(shared.vendor, self.operation_timeout), **shared.settings_dict["OPTIONS"]}
-            settings_dict = {**shared.settings_dict, "CONN_MAX_AGE": None, "CONN_HEALTH_CHECKS": False,
-                             "OPTIONS": options}
+            settings_dict = {
+                **shared.settings_dict,
+                "CONN_MAX_AGE": None,
+                "CONN_HEALTH_CHECKS": False,
+                "OPTIONS": options,
+            }
             db = load_backend(settings_dict["ENGINE"]).DatabaseWrapper(settings_dict, self.database)
             db.inc_thread_sharing()  # dispose() may close it from another thread
             with self._opened_lock:
@@ -147,8 +155,9 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
                 # alias's isolation_level only reaches atomic() blocks, but a server or role default
                 # reaches every statement) concurrent claims fail with serialization errors.
                 with bounded(db, self.operation_timeout), db.cursor() as cursor:
-                    cursor.execute("SET synchronous_commit TO OFF; "
-                                   "SET default_transaction_isolation TO 'read committed'")
+                    cursor.execute(
+                        "SET synchronous_commit TO OFF; SET default_transaction_isolation TO 'read committed'"
+                    )
         return db
 
     def missing_tables(self) -> list[str]:

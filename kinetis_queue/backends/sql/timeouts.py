@@ -35,8 +35,14 @@ def client_options(vendor: str, seconds: float) -> dict[str, Any]:
     whole = max(1, math.ceil(seconds))
     if vendor == "postgresql":
         probe = max(1, round(seconds / 4))  # idle, then 3 unanswered probes: the peer is gone after ~seconds
-        return {"connect_timeout": max(2, whole), "keepalives": 1, "keepalives_idle": probe,
-                "keepalives_interval": probe, "keepalives_count": 3, "tcp_user_timeout": int(seconds * 1000)}
+        return {
+            "connect_timeout": max(2, whole),
+            "keepalives": 1,
+            "keepalives_idle": probe,
+            "keepalives_interval": probe,
+            "keepalives_count": 3,
+            "tcp_user_timeout": int(seconds * 1000),
+        }
     if vendor == "mysql":
         return {"connect_timeout": whole, "read_timeout": whole, "write_timeout": whole}
     return {}

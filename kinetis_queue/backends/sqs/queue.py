@@ -199,8 +199,9 @@ class SqsQueue(RenewableQueue, DisposableQueue):
             url = self._url(queue)
         except (HTTPClientError, BotocoreConnectionError) as exc:
             # The lookup (GetQueueUrl, retried like every call but SendMessage) failed: nothing was sent.
-            raise ConnectionFailedError(f"SendMessage was not sent: the queue's URL lookup failed; the job "
-                                        f"was not stored: {exc}") from exc
+            raise ConnectionFailedError(
+                f"SendMessage was not sent: the queue's URL lookup failed; the job was not stored: {exc}"
+            ) from exc
         try:
             self.send_client.send_message(QueueUrl=url, **message)
         except (EndpointConnectionError, ConnectTimeoutError) as exc:

@@ -103,16 +103,21 @@ class KinetisTaskBackend(BaseTaskBackend):
         name = loaded.default_connection if self.connection is None else self.connection
         errors: list[checks.CheckMessage] = []
         if name not in loaded.connections:
-            errors.append(checks.Error(
-                f"TASKS[{self.alias!r}]['OPTIONS']['CONNECTION'] names {name!r}, which is not in "
-                "KINETIS_QUEUE['CONNECTIONS']", id="kinetis_queue.E101",
-            ))
+            errors.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}]['OPTIONS']['CONNECTION'] names {name!r}, which is not in "
+                    "KINETIS_QUEUE['CONNECTIONS']",
+                    id="kinetis_queue.E101",
+                )
+            )
         wait = self.options.get("RESULT_ROW_WAIT", RESULT_ROW_WAIT)
         if type(wait) not in (int, float) or not 0 <= wait < float("inf"):
-            errors.append(checks.Error(
-                f"TASKS[{self.alias!r}]['OPTIONS']['RESULT_ROW_WAIT'] must be a number of seconds, 0 or more",
-                id="kinetis_queue.E102",
-            ))
+            errors.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}]['OPTIONS']['RESULT_ROW_WAIT'] must be a number of seconds, 0 or more",
+                    id="kinetis_queue.E102",
+                )
+            )
         return errors
 
     def enqueue(self, task: Task[_P, _R], args: Any, kwargs: Any) -> TaskResult[_P, _R]:
@@ -138,9 +143,16 @@ class KinetisTaskBackend(BaseTaskBackend):
         prepared = queue.prepare(job, delay, task.queue_name)
         alias = router.db_for_write(TaskResultRecord)
         TaskResultRecord.objects.using(alias).create(
-            id=result_id, task_path=task.module_path, backend=self.alias, queue_name=task.queue_name,
-            priority=task.priority, run_after=task.run_after, status=TaskResultStatus.READY, enqueued_at=now,
-            args=args, kwargs=kwargs,
+            id=result_id,
+            task_path=task.module_path,
+            backend=self.alias,
+            queue_name=task.queue_name,
+            priority=task.priority,
+            run_after=task.run_after,
+            status=TaskResultStatus.READY,
+            enqueued_at=now,
+            args=args,
+            kwargs=kwargs,
         )
         if transaction.get_connection(alias).in_atomic_block and not _stores_jobs_in(queue, alias):
             push_after_commit(queue, prepared, using=alias, on_failure=lambda exc: _push_failed(result_id, exc))
@@ -272,8 +284,14 @@ class RunTask(Job):
     """The job that runs one django.tasks task; pushed by KinetisTaskBackend.enqueue()."""
 
     # The task's arguments are Sensitive: django.tasks has no way to mark them, so no log shows them.
-    def __init__(self, task_path: str, args: Annotated[list[Any], Sensitive],
-                 kwargs: Annotated[dict[str, Any], Sensitive], result_id: str, backend: str) -> None:
+    def __init__(
+        self,
+        task_path: str,
+        args: Annotated[list[Any], Sensitive],
+        kwargs: Annotated[dict[str, Any], Sensitive],
+        result_id: str,
+        backend: str,
+    ) -> None:
         self.task_path = task_path
         self.args = args
         self.kwargs = kwargs
@@ -303,9 +321,11 @@ class RunTask(Job):
 
         record = _fenced_update(self.result_id, context.id, context.attempts, start, starting=True)
         if record is None:
-            if not TaskResultRecord.objects.using(router.db_for_write(TaskResultRecord)).filter(
-                pk=self.result_id
-            ).exists():
+            if (
+                not TaskResultRecord.objects.using(router.db_for_write(TaskResultRecord))
+                .filter(pk=self.result_id)
+                .exists()
+            ):
                 self._wait_for_row(context)
             context.logger.warning(
                 "task result %s belongs to another delivery (running, finished or later); this one does not run",

@@ -18,8 +18,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--connection", type=connection_name,
-                            help="only records of this worker --connection name")
+        parser.add_argument("--connection", type=connection_name, help="only records of this worker --connection name")
         parser.add_argument("--queue", type=queue_name, help="only records of this queue")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -30,10 +29,17 @@ class Command(BaseCommand):
         table = [("ID", "FAILED AT", "CONNECTION", "QUEUE", "CLASS", "EXCEPTION", "ATTEMPTS")]
         for row in rows:
             attempts = f"{row.attempts}/{row.max_attempts}" if row.max_attempts is not None else str(row.attempts)
-            table.append((
-                str(row.id), row.failed_at.strftime("%Y-%m-%d %H:%M:%S"), row.connection or "(default)",
-                row.queue, row.name or row.job_class, row.exception_class.rpartition(".")[2], attempts,
-            ))
+            table.append(
+                (
+                    str(row.id),
+                    row.failed_at.strftime("%Y-%m-%d %H:%M:%S"),
+                    row.connection or "(default)",
+                    row.queue,
+                    row.name or row.job_class,
+                    row.exception_class.rpartition(".")[2],
+                    attempts,
+                )
+            )
         widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
         for line in table:
             self.stdout.write("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())

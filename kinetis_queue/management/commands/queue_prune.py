@@ -14,8 +14,9 @@ class Command(BaseCommand):
     help = f"Delete failed-job records strictly older than --hours (default {failed.DEFAULT_PRUNE_HOURS}: a week)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--hours", type=positive_number, default=failed.DEFAULT_PRUNE_HOURS,
-                            help="age in hours, a positive number")
+        parser.add_argument(
+            "--hours", type=positive_number, default=failed.DEFAULT_PRUNE_HOURS, help="age in hours, a positive number"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         hours: float = options["hours"]

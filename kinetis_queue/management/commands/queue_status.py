@@ -27,8 +27,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--connection", type=connection_name, help="one connection (default: all)")
-        parser.add_argument("--queue", type=queue_list, default=None,
-                            help="queues to show: a,b (default: every queue the backend can list)")
+        parser.add_argument(
+            "--queue",
+            type=queue_list,
+            default=None,
+            help="queues to show: a,b (default: every queue the backend can list)",
+        )
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -59,10 +63,18 @@ class Command(BaseCommand):
                 continue
             for q in connection.queues:
                 s, approx = q.stats, q.stats.approximate
-                rows.append((
-                    connection.connection, connection.backend, q.queue, _cell(s.ready, approx),
-                    _cell(s.delayed, approx), _cell(s.reserved, approx), _cell(s.waiting, approx), str(q.failed),
-                ))
+                rows.append(
+                    (
+                        connection.connection,
+                        connection.backend,
+                        q.queue,
+                        _cell(s.ready, approx),
+                        _cell(s.delayed, approx),
+                        _cell(s.reserved, approx),
+                        _cell(s.waiting, approx),
+                        str(q.failed),
+                    )
+                )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         numeric = range(3, len(widths))
         for row in rows:

@@ -65,29 +65,65 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--connection", type=connection_name, help="connection name (default: DEFAULT_CONNECTION)")
-        parser.add_argument("--queue", type=queue_list, default=("default",),
-                            help="queues to watch, highest priority first: --queue high,default")
-        parser.add_argument("--sleep", type=positive_number, default=None,
-                            help="seconds each pop() looks for work before the loop checks for a stop "
-                                 "(default: POLL_TIMEOUT)")
-        parser.add_argument("--tries", type=_attempts, default=None,
-                            help="attempts for a job pushed without max_attempts (default: MAX_ATTEMPTS)")
-        parser.add_argument("--backoff", type=_backoff, default=None,
-                            help=f"retry base delay in seconds, 0..{MAX_RETRY_DELAY} (default: RETRY_BASE_DELAY)")
+        parser.add_argument(
+            "--queue",
+            type=queue_list,
+            default=("default",),
+            help="queues to watch, highest priority first: --queue high,default",
+        )
+        parser.add_argument(
+            "--sleep",
+            type=positive_number,
+            default=None,
+            help="seconds each pop() looks for work before the loop checks for a stop (default: POLL_TIMEOUT)",
+        )
+        parser.add_argument(
+            "--tries",
+            type=_attempts,
+            default=None,
+            help="attempts for a job pushed without max_attempts (default: MAX_ATTEMPTS)",
+        )
+        parser.add_argument(
+            "--backoff",
+            type=_backoff,
+            default=None,
+            help=f"retry base delay in seconds, 0..{MAX_RETRY_DELAY} (default: RETRY_BASE_DELAY)",
+        )
         parser.add_argument("--once", action="store_true", help="process at most one job, then exit")
-        parser.add_argument("--stop-when-empty", action="store_true",
-                            help="exit once a pop() finds no job within --sleep")
-        parser.add_argument("--max-jobs", type=positive_int, default=None,
-                            help="exit after this many deliveries (retries and failures count)")
-        parser.add_argument("--max-time", type=positive_number, default=None,
-                            help="exit between jobs once this many seconds have passed")
-        parser.add_argument("--memory", type=positive_number, default=None,
-                            help="exit between jobs once resident memory reaches this many MB")
-        parser.add_argument("--timeout", type=positive_number, default=None,
-                            help="hard limit in seconds on one attempt; it then fails as the job's own "
-                                 "failure and follows the retry rules (default: TIMEOUT, none)")
-        parser.add_argument("--processes", type=positive_int, default=1,
-                            help="run this many worker processes under a supervisor (default 1)")
+        parser.add_argument(
+            "--stop-when-empty", action="store_true", help="exit once a pop() finds no job within --sleep"
+        )
+        parser.add_argument(
+            "--max-jobs",
+            type=positive_int,
+            default=None,
+            help="exit after this many deliveries (retries and failures count)",
+        )
+        parser.add_argument(
+            "--max-time",
+            type=positive_number,
+            default=None,
+            help="exit between jobs once this many seconds have passed",
+        )
+        parser.add_argument(
+            "--memory",
+            type=positive_number,
+            default=None,
+            help="exit between jobs once resident memory reaches this many MB",
+        )
+        parser.add_argument(
+            "--timeout",
+            type=positive_number,
+            default=None,
+            help="hard limit in seconds on one attempt; it then fails as the job's own "
+            "failure and follows the retry rules (default: TIMEOUT, none)",
+        )
+        parser.add_argument(
+            "--processes",
+            type=positive_int,
+            default=1,
+            help="run this many worker processes under a supervisor (default 1)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         # Everything is validated before anything is printed or touched.
@@ -115,9 +151,14 @@ class Command(BaseCommand):
             if isinstance(queue, DisposableQueue):
                 queue.dispose()
             raise CommandError(str(exc)) from exc
-        worker = Worker(queue, connection=settings.name, default_max_attempts=tries,
-                        retry_base_delay=backoff, job_timeout=job_timeout,
-                        reporter=self._job_line if verbosity >= 1 else None)
+        worker = Worker(
+            queue,
+            connection=settings.name,
+            default_max_attempts=tries,
+            retry_base_delay=backoff,
+            job_timeout=job_timeout,
+            reporter=self._job_line if verbosity >= 1 else None,
+        )
         handler = self._attach_log_handler(verbosity)
         try:
             if verbosity >= 1:
@@ -127,8 +168,11 @@ class Command(BaseCommand):
                 )
                 for note in _unknown_queue_notes(queue, settings.name, queues):
                     self.stderr.write(note)
-                if job_timeout is not None and isinstance(queue, RenewableQueue) \
-                        and job_timeout >= queue.visibility_timeout():
+                if (
+                    job_timeout is not None
+                    and isinstance(queue, RenewableQueue)
+                    and job_timeout >= queue.visibility_timeout()
+                ):
                     self.stderr.write(
                         f"Warning: --timeout {job_timeout:g}s is not below the visibility timeout "
                         f"({queue.visibility_timeout()}s): a job whose heartbeat stalls can be "
@@ -136,8 +180,13 @@ class Command(BaseCommand):
                     )
             try:
                 reason = worker.run(
-                    timeout, queues, stop_when_empty=options["stop_when_empty"], once=options["once"],
-                    max_jobs=options["max_jobs"], max_time=options["max_time"], memory=options["memory"],
+                    timeout,
+                    queues,
+                    stop_when_empty=options["stop_when_empty"],
+                    once=options["once"],
+                    max_jobs=options["max_jobs"],
+                    max_time=options["max_time"],
+                    memory=options["memory"],
                     restart=marker_for(queue, settings.name),
                 )
             except Exception as exc:

@@ -15,6 +15,7 @@ import select
 import time
 
 if os.environ.get("FAKETIME_DONT_FAKE_MONOTONIC") == "1" and os.environ.get("LD_PRELOAD"):
+
     def _sleep(seconds: float) -> None:
         """time.sleep() on a select() timeout, resumed after a signal like the original."""
         seconds = float(seconds)

@@ -66,13 +66,21 @@ def browser() -> Iterator[Any]:
     """One headless Chromium for the module; fails loudly when the Debian packages are missing."""
     for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
         if not (os.access(path, os.X_OK) or shutil.which(Path(path).name)):
-            pytest.fail(f"{path} is missing: install the Debian package {package} "
-                        f"(bash scripts/system-deps.sh, or apt-get install {package})", pytrace=False)
+            pytest.fail(
+                f"{path} is missing: install the Debian package {package} "
+                f"(bash scripts/system-deps.sh, or apt-get install {package})",
+                pytrace=False,
+            )
     os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never download a browser or a driver
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     f"--window-size={WIDTH},{HEIGHT}"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        f"--window-size={WIDTH},{HEIGHT}",
+    ):
         options.add_argument(argument)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -121,8 +129,9 @@ class Session:
 
 
 def _user(role: str) -> User:
-    user = User.objects.create_user(f"b-{role}-{uuid.uuid4().hex[:12]}", password=None, is_staff=True,
-                                    is_superuser=role == "superuser")
+    user = User.objects.create_user(
+        f"b-{role}-{uuid.uuid4().hex[:12]}", password=None, is_staff=True, is_superuser=role == "superuser"
+    )
     if role == "view_only":
         user.user_permissions.set(Permission.objects.filter(codename="view_failedjob"))
     return user
@@ -130,9 +139,14 @@ def _user(role: str) -> User:
 
 def _record(queue_name: str, **fields: Any) -> FailedJob:
     values: dict[str, Any] = {
-        "queue": queue_name, "job_id": uuid.uuid4().hex, "job_class": "tests.jobs.Fails",
-        "args": json.dumps({"label": "visible-label", "token": SECRET}), "attempts": 3, "max_attempts": 3,
-        "exception_class": "builtins.RuntimeError", "exception_message": "deliberate failure",
+        "queue": queue_name,
+        "job_id": uuid.uuid4().hex,
+        "job_class": "tests.jobs.Fails",
+        "args": json.dumps({"label": "visible-label", "token": SECRET}),
+        "attempts": 3,
+        "max_attempts": 3,
+        "exception_class": "builtins.RuntimeError",
+        "exception_message": "deliberate failure",
         "traceback": "Traceback (most recent call last):\nRuntimeError: deliberate failure",
     }
     return FailedJob.objects.create(**{**values, **fields})
@@ -173,28 +187,33 @@ def test_each_page_for_each_user(role: str, browser: Any, live_url: str, queue_n
     assert session.has("select[name=action]") is (role == "superuser")
 
 
-def test_the_list_fits_1280_pixels_with_the_failure_time_in_view(browser: Any, live_url: str,
-                                                                  queue_name: str) -> None:
+def test_the_list_fits_1280_pixels_with_the_failure_time_in_view(browser: Any, live_url: str, queue_name: str) -> None:
     import kinetis_queue.contrib.receivers  # noqa: F401  (registers the carrier, so the list names the receiver)
 
     for _ in range(3):
-        _record(queue_name, job_class="kinetis_queue.contrib.receivers.QueuedReceiverJob",
-                args=json.dumps({"receiver": LONG_TASK, "sender": None, "kwargs": {"token": SECRET}}),
-                exception_class=LONG_EXCEPTION, connection="a-rather-long-connection-name")
+        _record(
+            queue_name,
+            job_class="kinetis_queue.contrib.receivers.QueuedReceiverJob",
+            args=json.dumps({"receiver": LONG_TASK, "sender": None, "kwargs": {"token": SECRET}}),
+            exception_class=LONG_EXCEPTION,
+            connection="a-rather-long-connection-name",
+        )
     session = Session(browser, live_url, "superuser")
     browser.set_window_size(WIDTH, HEIGHT)
     session.get(_changelist(queue_name))
     session.shot("list-1280")
     width = browser.execute_script("return window.innerWidth")
-    cells = browser.find_elements(By.CSS_SELECTOR,
-                                  "#result_list .column-failed_at_shown, #result_list .field-failed_at_shown")
+    cells = browser.find_elements(
+        By.CSS_SELECTOR, "#result_list .column-failed_at_shown, #result_list .field-failed_at_shown"
+    )
     assert len(cells) == 4  # the header and three rows
     for cell in cells:
         rect = cell.rect
         assert cell.is_displayed() and rect["x"] >= 0 and rect["x"] + rect["width"] <= width, rect
     # Nothing of the table is hidden behind a horizontal scroll either.
-    assert browser.execute_script("const r = document.querySelector('#changelist .results');"
-                                  "return r.scrollWidth <= r.clientWidth")
+    assert browser.execute_script(
+        "const r = document.querySelector('#changelist .results');return r.scrollWidth <= r.clientWidth"
+    )
     assert LONG_TASK.rpartition(".")[2] in session.find("#result_list").text
 
 

@@ -31,11 +31,9 @@ class Command(BaseCommand):
         out("Pushing four jobs onto the SQL queue (SQLite, table kinetis_queue_jobs):")
         started = time.monotonic()
         names = {
-            queue.push(SendWelcomeEmail("ada@example.com", token="s3cret-token"), queue=DEMO_QUEUE):
-                "SendWelcomeEmail",
+            queue.push(SendWelcomeEmail("ada@example.com", token="s3cret-token"), queue=DEMO_QUEUE): "SendWelcomeEmail",
             queue.push(SendReminder("ada@example.com"), delay=REMINDER_DELAY, queue=DEMO_QUEUE): "SendReminder",
-            queue.push(CallFlakyApi("https://api.example.com/ping"), queue=DEMO_QUEUE, max_attempts=3):
-                "CallFlakyApi",
+            queue.push(CallFlakyApi("https://api.example.com/ping"), queue=DEMO_QUEUE, max_attempts=3): "CallFlakyApi",
             queue.push(ImportBrokenFile("contacts.csv"), queue=DEMO_QUEUE, max_attempts=2): "ImportBrokenFile",
         }
         out("  1. SendWelcomeEmail  - should succeed at once")
@@ -54,16 +52,23 @@ class Command(BaseCommand):
             out(f"{at()} {names[job.id]} succeeded on attempt {job.attempts}.")
 
         def released(job: Any, exception: BaseException, delay: float, **kwargs: Any) -> None:
-            out(f"{at()} {names[job.id]} failed on attempt {job.attempts} ({type(exception).__name__}: "
-                f"{exception}); it will be retried in {delay:g} s.")
+            out(
+                f"{at()} {names[job.id]} failed on attempt {job.attempts} ({type(exception).__name__}: "
+                f"{exception}); it will be retried in {delay:g} s."
+            )
 
         def failed(job: Any, exception: BaseException, failed_job_id: Any, **kwargs: Any) -> None:
             settled.add(job.id)
-            out(f"{at()} {names[job.id]} failed on attempt {job.attempts} of {job.max_attempts}, its last; "
-                f"it was recorded as failed job #{failed_job_id} and removed from the queue.")
+            out(
+                f"{at()} {names[job.id]} failed on attempt {job.attempts} of {job.max_attempts}, its last; "
+                f"it was recorded as failed job #{failed_job_id} and removed from the queue."
+            )
 
-        receivers = [(signals.job_succeeded, succeeded), (signals.job_released, released),
-                     (signals.job_failed_permanently, failed)]
+        receivers = [
+            (signals.job_succeeded, succeeded),
+            (signals.job_released, released),
+            (signals.job_failed_permanently, failed),
+        ]
         for signal, receiver in receivers:
             signal.connect(receiver)
         worker = Worker(queues.default(), retry_base_delay=1)
@@ -80,8 +85,10 @@ class Command(BaseCommand):
         out("")
         out(f"All {len(settled)} of {len(names)} jobs settled; {queue.size(DEMO_QUEUE)} left waiting.")
         if record is not None:
-            out(f"Failed job #{record.pk}: {record.job_class}, {record.attempts} attempts, "
-                f"{record.exception_class}: {record.exception_message}")
+            out(
+                f"Failed job #{record.pk}: {record.job_class}, {record.attempts} attempts, "
+                f"{record.exception_class}: {record.exception_message}"
+            )
         self._what_next()
 
     def _what_next(self) -> None:
@@ -94,10 +101,14 @@ class Command(BaseCommand):
         out("Try next (from this folder):")
         out(f"  {manage} queue_failed            # the failed job, safe metadata only")
         out(f"  {manage} queue_status            # what waits, is delayed, reserved or failed, per queue")
-        out(f"  {manage} queue_retry <ID>        # push a failed job again (then run: {manage} queue_work "
-            "--stop-when-empty)")
+        out(
+            f"  {manage} queue_retry <ID>        # push a failed job again (then run: {manage} queue_work "
+            "--stop-when-empty)"
+        )
         out("  The admin, with its Failed jobs list and Queue status page:")
-        out(f"    DJANGO_SUPERUSER_PASSWORD=demo {manage} createsuperuser --noinput --username demo "
-            "--email demo@example.com")
+        out(
+            f"    DJANGO_SUPERUSER_PASSWORD=demo {manage} createsuperuser --noinput --username demo "
+            "--email demo@example.com"
+        )
         out(f"    {manage} runserver               # then open http://127.0.0.1:8000/admin/ (demo / demo)")
         out("  `make test` runs the whole suite on every backend (it installs the dev tools and starts the services).")
