@@ -37,7 +37,7 @@ class SyncQueue(ClearableQueue):
         call_handle(job, context)
 
     def _sweep(self, queues: tuple[str, ...]) -> QueuedJob | None:
-        return None
+        return None  # pragma: no cover  required by Queue (abstract); this pop() never calls it
 
     def pop(self, timeout: float, queues: Sequence[str]) -> QueuedJob | None:
         """Validates like every backend, then returns None at once: nothing can ever arrive."""

@@ -1,0 +1,35 @@
+"""SQS backend edges the conformance suite cannot reach: a bad QUEUE_PREFIX, a SendMessage SQS refuses."""
+
+from __future__ import annotations
+
+import pytest
+from botocore.exceptions import ClientError
+
+from kinetis_queue import connections
+from kinetis_queue.backends.sqs.queue import SqsQueue
+from kinetis_queue.exceptions import ConnectionFailedError, OutcomeUnknownError, QueueConfigurationError
+from tests.jobs import Records
+from tests.support.sqs_server import SqsTestQueues
+
+
+def test_an_invalid_queue_prefix_is_refused_before_any_client_exists() -> None:
+    with pytest.raises(QueueConfigurationError, match=r"^queue_prefix "):
+        SqsQueue(queue_prefix="no spaces allowed")
+
+
+def test_a_send_message_sqs_refuses_propagates_as_the_client_error_not_an_unknown_outcome(
+    sqs_queues: SqsTestQueues, queue_name: str
+) -> None:
+    """A 4xx means SQS stored nothing: the caller gets SQS's own error, not "may have been stored"."""
+    queue = connections.build("sqs")
+    assert isinstance(queue, SqsQueue)
+    sqs_queues.prepare(queue)
+    try:
+        queue.push(Records("first"), queue=queue_name)  # looks the URL up once and keeps it
+        sqs_queues.admin.delete_queue(QueueUrl=sqs_queues.urls[queue_name])
+        with pytest.raises(ClientError) as caught:
+            queue.push(Records("second"), queue=queue_name)
+        assert not isinstance(caught.value, (OutcomeUnknownError, ConnectionFailedError))
+        assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    finally:
+        queue.dispose()
