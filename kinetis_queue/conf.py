@@ -83,7 +83,8 @@ def _shared(option: Option, value: Any, path: KeyPath, max_visibility_timeout: i
     """Check one shared key; VISIBILITY_TIMEOUT also against the backend's ceiling, if it has one."""
     if option.name == "VISIBILITY_TIMEOUT" and max_visibility_timeout is not None:
         integer(1, max_visibility_timeout)(value, path)
-    elif option.check is not None:
+    else:
+        assert option.check is not None  # every SHARED_OPTIONS entry has its check
         option.check(value, path)
     return value
 
