@@ -46,11 +46,6 @@ def test_check_tables_skips_a_database_it_cannot_reach() -> None:
     assert check_tables(databases=["postgres"]) == []  # reachable and migrated: still nothing to say
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect, not in this helper's files: SqlQueue._worker_db calls db.connect() outside Django's "
-    "wrap_database_errors, so a refused connection escapes as the driver's error, not DatabaseError",
-)
 def test_require_for_leaves_an_unreachable_jobs_database_to_the_worker() -> None:
     """queue_work's start-up check does not call a database it cannot reach unmigrated."""
     with unreachable("postgres", PORT=str(closed_port())):

@@ -149,7 +149,8 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             with bounded(db, self.operation_timeout):  # Django's check runs a query
                 db.close_if_unusable_or_obsolete()
         if db.connection is None:
-            db.connect()
+            with db.wrap_database_errors:  # a refused connection is Django's OperationalError, as everywhere
+                db.connect()
             if db.vendor == "postgresql":
                 # The claim's SKIP LOCKED needs READ COMMITTED: at REPEATABLE READ or SERIALIZABLE (an
                 # alias's isolation_level only reaches atomic() blocks, but a server or role default
