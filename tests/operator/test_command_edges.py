@@ -1,0 +1,63 @@
+"""Operator commands at their edges: queue_failed filtered by connection alone, queue_clear on a connection
+with nothing to dispose, and --processes repeating a manage.py or `python -m django` command line."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import uuid
+
+import pytest
+from django.core.management import call_command
+
+from kinetis_queue import queues
+from kinetis_queue.supervisor import child_command
+from kinetis_queue.worker import Worker
+from tests import jobs
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def test_queue_failed_by_connection_alone_lists_that_connections_records_on_every_queue(queue_name: str) -> None:
+    name = "c" + uuid.uuid4().hex[:12]
+    a, b = queue_name + "a", queue_name + "b"
+    queue = queues["sqlite"]
+    for each in (a, b):
+        queue.push(jobs.Fails(), queue=each, max_attempts=1)
+    worker = Worker(queue, connection=name, retry_base_delay=0)
+    try:
+        assert worker.process_next(5, [a]) and worker.process_next(5, [b])
+    finally:
+        worker.close()
+    queue.push(jobs.Fails(), queue=a, max_attempts=1)
+    other = Worker(queue, connection=name + "x", retry_base_delay=0)
+    try:
+        assert other.process_next(5, [a])
+    finally:
+        other.close()
+    lines = [line.split() for line in run("queue_failed", f"--connection={name}").splitlines()[1:]]
+    assert sorted((line[3], line[4]) for line in lines) == [(name, a), (name, b)]
+
+
+def test_queue_clear_on_the_sync_connection_clears_without_disposing() -> None:
+    """The sync backend holds nothing and is not a DisposableQueue: clearing reports 0 and ends cleanly."""
+    assert "Cleared 0 job(s) from 'default' on connection 'sync'." in run("queue_clear", "--connection=sync", "--force")
+
+
+@pytest.mark.parametrize(
+    ("head", "prefix"),
+    [
+        (["manage.py"], [sys.executable, "manage.py"]),
+        ([os.path.join("lib", "site-packages", "django", "__main__.py")], [sys.executable, "-m", "django"]),
+    ],
+    ids=["manage.py", "python-m-django"],
+)
+def test_processes_repeats_the_command_line_with_one_process_each(head: list[str], prefix: list[str]) -> None:
+    """Each child runs the parent's own command line (same interpreter, same arguments), --processes=1 last."""
+    argv = [*head, "queue_work", "--settings=x.settings", "--processes", "3"]
+    assert child_command(argv) == [*prefix, "queue_work", "--settings=x.settings", "--processes", "3", "--processes=1"]
