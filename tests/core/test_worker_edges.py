@@ -1,5 +1,6 @@
 """Worker.run() and process_next() at their edges: a zero poll timeout, a stop asked before run(), run()
-outside the main thread, an operator's Ctrl-C outside run(), and a reporter that raises."""
+outside the main thread, an operator's Ctrl-C outside run(), a reporter that raises, and an exception class
+whose __module__ has no text form."""
 
 from __future__ import annotations
 
@@ -104,3 +105,38 @@ def test_a_reporter_that_raises_is_contained_and_the_job_is_still_settled(
         worker.close()
     assert queue.size(queue_name) == 0
     assert "The job reporter raised RuntimeError (contained)" in caplog.text
+
+
+class Unprintable:
+    """A value that cannot be formatted into text (an f-string raises)."""
+
+    def __format__(self, spec: str) -> str:
+        raise RuntimeError("no text")
+
+
+class OddModuleError(Exception):
+    """An exception class whose ``__module__`` has no text form (a class may set it to anything)."""
+
+
+OddModuleError.__module__ = Unprintable()  # type: ignore[assignment]
+
+
+class RaisesOddModuleError(Job):
+    def handle(self) -> None:
+        raise OddModuleError("boom")
+
+
+def test_an_exception_class_whose_module_has_no_text_is_recorded_by_its_qualified_name(
+    queue: Queue, queue_name: str
+) -> None:
+    from kinetis_queue.models import FailedJob
+
+    job_id = queue.push(RaisesOddModuleError(), queue=queue_name, max_attempts=1)
+    worker = Worker(queue, connection="sqlite")
+    try:
+        assert worker.process_next(5, [queue_name]) is True
+    finally:
+        worker.close()
+    record = FailedJob.objects.get(job_id=job_id)
+    assert record.exception_class == "OddModuleError"
+    assert queue.size(queue_name) == 0
