@@ -1,5 +1,5 @@
-"""Operator commands at their edges: queue_failed filtered by connection alone, queue_clear on a connection
-with nothing to dispose, and --processes repeating a manage.py or `python -m django` command line."""
+"""Operator commands at their edges: queue_failed filtered by connection alone, queue_clear and queue_work on a
+connection with nothing to dispose, and --processes repeating a manage.py or `python -m django` command line."""
 
 from __future__ import annotations
 
@@ -61,3 +61,12 @@ def test_processes_repeats_the_command_line_with_one_process_each(head: list[str
     """Each child runs the parent's own command line (same interpreter, same arguments), --processes=1 last."""
     argv = [*head, "queue_work", "--settings=x.settings", "--processes", "3"]
     assert child_command(argv) == [*prefix, "queue_work", "--settings=x.settings", "--processes", "3", "--processes=1"]
+
+
+def test_queue_work_on_the_sync_connection_stops_when_empty_without_disposing() -> None:
+    """The sync backend is not a DisposableQueue: the worker ends cleanly and says what it left (nothing)."""
+    lines = run("queue_work", "--connection=sync", "--stop-when-empty").splitlines()
+    assert lines[-2:] == [
+        "Worker stopped (empty) after 0 job(s).",
+        "Left behind: 0 delayed or retrying job(s); --stop-when-empty does not wait for them.",
+    ]
