@@ -1,5 +1,6 @@
 """Operator commands at their edges: queue_failed filtered by connection alone, queue_clear and queue_work on a
-connection with nothing to dispose, and --processes repeating a manage.py or `python -m django` command line."""
+connection with nothing to dispose, --stop-when-empty on a backend that cannot count delayed jobs, and --processes repeating a
+manage.py or `python -m django` command line."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import sys
 import uuid
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
+from django.test import override_settings
 
 from kinetis_queue import queues
+from kinetis_queue.backends.sql import SqlQueue
+from kinetis_queue.contracts import Queue, QueueStats
 from kinetis_queue.supervisor import child_command
 from kinetis_queue.worker import Worker
 from tests import jobs
@@ -70,3 +75,27 @@ def test_queue_work_on_the_sync_connection_stops_when_empty_without_disposing() 
         "Worker stopped (empty) after 0 job(s).",
         "Left behind: 0 delayed or retrying job(s); --stop-when-empty does not wait for them.",
     ]
+
+
+class SizeOnly(SqlQueue):
+    """The SQL backend without its own stats(): the base Queue's, which splits nothing (delayed unknown)."""
+
+    def _stats(self, queue: str) -> QueueStats:
+        return Queue._stats(self, queue)
+
+
+def test_stop_when_empty_says_the_left_behind_count_is_unknown_where_the_backend_cannot_count_delayed(
+    queue_name: str,
+) -> None:
+    entry = {"BACKEND": f"{__name__}.SizeOnly", "DATABASE": "default", "VISIBILITY_TIMEOUT": 1}
+    setting = {**settings.KINETIS_QUEUE, "CONNECTIONS": {**settings.KINETIS_QUEUE["CONNECTIONS"], "sizeonly": entry}}
+    queues["sqlite"].push(jobs.Noop(), queue=queue_name, delay=3600)
+    try:
+        with override_settings(KINETIS_QUEUE=setting):
+            lines = run("queue_work", "--connection=sizeonly", f"--queue={queue_name}", "--stop-when-empty")
+    finally:
+        queues.clearable("sqlite").clear(queue_name)
+    assert (
+        lines.splitlines()[-1]
+        == f"Left behind: unknown (the {SizeOnly.backend_name} backend cannot count delayed jobs)."
+    )
