@@ -1,6 +1,6 @@
 """Operator commands at their edges: queue_failed filtered by connection alone, queue_clear and queue_work on a
-connection with nothing to dispose, --stop-when-empty on a backend that cannot count delayed jobs, and --processes repeating a
-manage.py or `python -m django` command line."""
+connection with nothing to dispose, --stop-when-empty on a backend that cannot count delayed jobs, and
+--processes repeating a manage.py or `python -m django` command line."""
 
 from __future__ import annotations
 
