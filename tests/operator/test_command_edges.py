@@ -1,6 +1,6 @@
 """Operator commands at their edges: queue_failed filtered by connection alone, queue_clear and queue_work on a
 connection with nothing to dispose, --stop-when-empty on a backend that cannot count delayed jobs, and
---processes repeating a manage.py or `python -m django` command line."""
+--processes repeating a manage.py or `python -m django` command line, and queue_work on an unreachable store."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 from django.conf import settings
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from kinetis_queue import queues
@@ -20,6 +20,7 @@ from kinetis_queue.contracts import Queue, QueueStats
 from kinetis_queue.supervisor import child_command
 from kinetis_queue.worker import Worker
 from tests import jobs
+from tests.integrations.test_dispatch import DEAD_STORE
 
 
 def run(*args: str) -> str:
@@ -99,3 +100,12 @@ def test_stop_when_empty_says_the_left_behind_count_is_unknown_where_the_backend
         lines.splitlines()[-1]
         == f"Left behind: unknown (the {SizeOnly.backend_name} backend cannot count delayed jobs)."
     )
+
+
+def test_queue_work_on_an_unreachable_store_notes_it_could_not_check_the_queues_then_stops_with_an_error() -> None:
+    """The start-up typo check never stops the worker: its failure is a note, and the worker's own error follows."""
+    setting = {**settings.KINETIS_QUEUE, "CONNECTIONS": {**settings.KINETIS_QUEUE["CONNECTIONS"], "dead": DEAD_STORE}}
+    out, err = io.StringIO(), io.StringIO()
+    with override_settings(KINETIS_QUEUE=setting), pytest.raises(CommandError, match=r"Worker stopped \(error\)"):
+        call_command("queue_work", "--connection=dead", "--stop-when-empty", stdout=out, stderr=err)
+    assert "Note: could not check whether the watched queues exist (ConnectionFailedError)." in err.getvalue()
