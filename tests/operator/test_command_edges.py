@@ -1,5 +1,5 @@
 """Operator commands at their edges: queue_failed filtered by connection alone, queue_clear and queue_work on a
-connection with nothing to dispose, --stop-when-empty on a backend that cannot count delayed jobs, and
+connection with nothing to dispose, --stop-when-empty on a backend that cannot count delayed jobs,
 --processes repeating a manage.py or `python -m django` command line, and queue_work on an unreachable store."""
 
 from __future__ import annotations
