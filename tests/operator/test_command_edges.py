@@ -1,13 +1,16 @@
 """Operator commands at their edges: queue_failed filtered by connection alone, queue_clear and queue_work on a
 connection with nothing to dispose, --stop-when-empty on a backend that cannot count delayed jobs,
---processes repeating a manage.py or `python -m django` command line, and queue_work on an unreachable store."""
+--processes repeating a manage.py or `python -m django` command line, and queue_work on an unreachable store
+or (sync) on an unmigrated database."""
 
 from __future__ import annotations
 
 import io
 import os
+import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -21,6 +24,8 @@ from kinetis_queue.supervisor import child_command
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.integrations.test_dispatch import DEAD_STORE
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str) -> str:
@@ -109,3 +114,29 @@ def test_queue_work_on_an_unreachable_store_notes_it_could_not_check_the_queues_
     with override_settings(KINETIS_QUEUE=setting), pytest.raises(CommandError, match=r"Worker stopped \(error\)"):
         call_command("queue_work", "--connection=dead", "--stop-when-empty", stdout=out, stderr=err)
     assert "Note: could not check whether the watched queues exist (ConnectionFailedError)." in err.getvalue()
+
+
+def test_queue_work_on_the_sync_connection_of_an_unmigrated_database_says_the_tables_are_missing(
+    tmp_path: Path,
+) -> None:
+    """The table check runs for every backend; a queue with nothing to dispose is just left."""
+    code = (
+        "from django.core.management import call_command\n"
+        "from django.test import override_settings\n"
+        "entry = {'DEFAULT_CONNECTION': 'sync', 'CONNECTIONS': {'sync': {'BACKEND': 'sync'}}}\n"
+        "with override_settings(KINETIS_QUEUE=entry):\n"
+        "    call_command('queue_work', '--once', '--connection=sync')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KINETIS_TESTS_EMPTY_DB": str(tmp_path / "never-migrated.sqlite3")}
+    result = subprocess.run(
+        [sys.executable, "-m", "django", "shell", "-c", code, "--settings=tests.unmigrated_settings"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert result.returncode == 1
+    assert "CommandError: the kinetis_queue tables are missing in database 'default'" in result.stderr
+    assert "run `manage.py migrate`" in result.stderr
+    assert "Worker on connection" not in result.stdout
