@@ -86,14 +86,13 @@ def push_after_commit(
 
 def _report(target: Queue, prepared: PreparedPush, exc: Exception) -> None:
     """Log and signal a push that failed after its transaction committed (never argument values)."""
+    from kinetis_queue.failed import exception_text
     from kinetis_queue.job import display_name
     from kinetis_queue.redaction import scrub_for
 
     envelope, queue = prepared.envelope, prepared.queue
-    try:
-        message = scrub_for(envelope.job_class, envelope.args, str(exc))
-    except Exception:
-        message = "(message unavailable)"
+    # exception_text() never raises (a broken __str__ becomes a note); the arguments are plain JSON here.
+    message = scrub_for(envelope.job_class, envelope.args, exception_text(exc))
     _log(
         'The push of job %s ("%s") to queue %r on connection %r after the commit failed; the job was not '
         "stored: %s: %s",

@@ -25,7 +25,7 @@ def resident_memory_mb() -> float:
         with open("/proc/self/statm", "rb") as statm:
             pages = int(statm.read().split()[1])
         return pages * os.sysconf("SC_PAGE_SIZE") / 1_048_576
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError):  # pragma: no cover - no /proc (not Linux): the peak instead
         import resource
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -230,8 +230,6 @@ def _log_renewal_failures(job: QueuedJob, report: RenewalReport | None) -> None:
 
 def scrubbed_message(job: QueuedJob, error: BaseException) -> str:
     """The exception's message with any Sensitive argument's value replaced, escaped and cut as a
-    failed-job record stores it (a lone surrogate would break a UTF-8 log stream)."""
-    try:
-        return storable(scrub_for(job.job_class, job.args, exception_text(error)), MAX_RECORDED_TEXT, lines=True)
-    except BaseException:  # a job's __str__ may raise anything; it never stops the worker
-        return "(message unavailable)"
+    failed-job record stores it (a lone surrogate would break a UTF-8 log stream). A job's __str__ that
+    raises is exception_text()'s to handle; the stored arguments are plain JSON values, whose scrubbing cannot raise."""
+    return storable(scrub_for(job.job_class, job.args, exception_text(error)), MAX_RECORDED_TEXT, lines=True)

@@ -143,10 +143,7 @@ class Supervisor:
         self.forwarded.add(signum)
         for slot in self.slots:
             if slot.process is not None and slot.process.poll() is None:
-                try:
-                    slot.process.send_signal(signum)
-                except ProcessLookupError:
-                    pass
+                slot.process.send_signal(signum)  # Popen itself ignores a child that exited meanwhile
 
 
 def supervise(argv: Sequence[str], processes: int, say: Callable[[str], None]) -> int:
