@@ -33,3 +33,22 @@ def test_a_send_message_sqs_refuses_propagates_as_the_client_error_not_an_unknow
         assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
     finally:
         queue.dispose()
+
+
+def test_a_long_poll_that_comes_back_empty_before_the_deadline_sweeps_every_queue_again(
+    sqs_queues: SqsTestQueues, queue_name: str
+) -> None:
+    """pop() long-polls only the first queue; when that poll ends empty with time left, it sweeps them all
+    again, so a job that became visible meanwhile on a lower-priority queue is still taken."""
+    low = queue_name + "-low"
+    queue = connections.build("sqs")
+    assert isinstance(queue, SqsQueue)
+    sqs_queues.prepare(queue)
+    try:
+        queue.size(queue_name)  # both queues exist before the pop
+        job_id = queue.push(Records("later"), delay=2, queue=low)  # invisible to the first sweep
+        found = queue.pop(8, [queue_name, low])  # sweep, a 5 s long poll of the first queue, sweep again
+        assert found is not None and (found.id, found.queue) == (job_id, low)
+        queue.ack(found)
+    finally:
+        queue.dispose()
