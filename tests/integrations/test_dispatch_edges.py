@@ -47,3 +47,28 @@ def test_a_raising_logger_stops_neither_the_signal_nor_the_later_hooks(queue_nam
     job = queues["sqlite"].pop(5, [queue_name])
     assert job is not None
     queues["sqlite"].ack(job)
+
+
+def test_a_failure_handler_that_raises_is_contained_and_the_later_hooks_run(queue_name: str, caplog: Any) -> None:
+    """push_after_commit's on_failure (the task backend marks its result FAILED there) may itself fail:
+    that is logged by class only, and the transaction's later hooks still run."""
+    from kinetis_queue.dispatch import push_after_commit
+
+    handled: list[str] = []
+
+    def on_failure(exc: Exception) -> None:
+        handled.append(type(exc).__name__)
+        raise RuntimeError("s3cret detail of the handler")
+
+    setting = {**settings.KINETIS_QUEUE, "CONNECTIONS": {**settings.KINETIS_QUEUE["CONNECTIONS"], "dead": DEAD_STORE}}
+    ran: list[str] = []
+    with override_settings(KINETIS_QUEUE=setting), caplog.at_level(logging.ERROR, logger="kinetis_queue.dispatch"):
+        dead = queues["dead"]  # disposed when override_settings restores KINETIS_QUEUE
+        with transaction.atomic():
+            push_after_commit(
+                dead, dead.prepare(jobs.Noop(), 0, queue_name, None), using="default", on_failure=on_failure
+            )
+            transaction.on_commit(lambda: ran.append("application hook"))
+    assert len(handled) == 1 and ran == ["application hook"]
+    contained = [r.getMessage() for r in caplog.records if "failure handler" in r.getMessage()]
+    assert len(contained) == 1 and "RuntimeError" in contained[0] and "s3cret" not in contained[0]
