@@ -5,8 +5,11 @@
 #                  the core + SQL suite (pytest -m core) on Django 5.2 LTS
 #   make demo      the testproject demo on SQLite, in its own venv (.venv-demo: the app and Django only;
 #                  no services, no system packages, no root)
-#   make bench     benchmarks (python -m bench); needs the services
-#   make soak      the long fault tier (tests/faults -m soak; KQ_SOAK_SECONDS per scenario and backend)
+#   make bench     benchmarks (python -m bench, bench.redis, bench.rabbitmq, bench.outbox); needs the services
+#   make bench-peers  kinetis-queue beside Dramatiq, Celery, RQ, Huey, procrastinate and django-tasks-db
+#                  (python -m bench.peers) in their own venv (.venv-bench: the project + the bench extra)
+#   make storms    the fault scenarios of many processes killed for a minute or more (-m storm), with figures
+#   make soak      storms, then the long fault tier (tests/faults -m soak; KQ_SOAK_SECONDS per scenario and backend)
 #
 # Variables: VENV, VENV52, PYTHON (an interpreter >= 3.12 to build the venvs with),
 #            PYTEST_WORKERS (pytest-xdist processes; most tests wait on servers and timeouts,
@@ -19,6 +22,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 VENV52 ?= .venv-dj52
 DEMO_VENV ?= .venv-demo
+BENCH_VENV ?= .venv-bench
 PY := $(VENV)/bin/python
 PY52 := $(VENV52)/bin/python
 PYTEST_WORKERS ?= 4
@@ -50,7 +54,7 @@ export COVERAGE_TOTALS := import json, sys; t = json.load(sys.stdin)["totals"]; 
 	f"({t['covered_lines']}/{t['num_statements']}), branches {t['percent_branches_covered']:.1f}%", \
 	f"({t['covered_branches']}/{t['num_branches']})")
 
-.PHONY: venv venv52 demo-venv demo lint typecheck checks services test bench soak clean
+.PHONY: venv venv52 demo-venv bench-venv demo lint typecheck checks services test bench bench-peers storms soak clean
 
 # ---- virtual environments ------------------------------------------------------------------------
 
@@ -104,6 +108,24 @@ $(VENV52)/.installed: pyproject.toml scripts/system-deps.sh | $(VENV)/.installed
 	  'django-tasks>=0.12'
 	touch "$@"
 
+# The peers' venv for make bench-peers: the project (editable) and its bench extra, apart from $(VENV) because the
+# peers bring libraries (and may pin versions) the project's own environment should not carry.
+bench-venv: $(BENCH_VENV)/.installed
+
+$(BENCH_VENV)/.installed: pyproject.toml
+	@py="$$($(FIND_PYTHON))" || { \
+	  echo "error: no Python >= 3.12 found (tried: $(PYTHON_TRIED)); set PYTHON=/path/to/python3.12" >&2; \
+	  exit 1; }; \
+	if [ -x "$(BENCH_VENV)/bin/python" ] && "$(BENCH_VENV)/bin/python" $(IS_PY312) >/dev/null 2>&1; then \
+	  echo "bench-venv: reusing $(BENCH_VENV)"; \
+	else \
+	  echo "bench-venv: creating $(BENCH_VENV) with $$py ($$("$$py" -V))"; \
+	  "$$py" -m venv --clear "$(BENCH_VENV)"; \
+	fi
+	"$(BENCH_VENV)/bin/python" -m pip install --quiet --upgrade pip
+	"$(BENCH_VENV)/bin/python" -m pip install --progress-bar off -e '.[bench]'
+	touch "$@"
+
 # ---- services ------------------------------------------------------------------------------------
 
 services:
@@ -131,9 +153,14 @@ test: venv venv52 services lint typecheck checks
 	@echo "== core + SQL suite on Django $$("$(PY52)" -c 'import django; print(django.get_version())')"
 	"$(PY52)" -m pytest -n $(PYTEST_WORKERS) -m core $(PYTEST_ARGS)
 
+# The fault scenarios of many processes killed for a minute or more (-m storm: the kill storms of the outbox,
+# unique jobs, workflows and limits, the multi-scheduler runs), printing their figures; part of make soak too.
+storms: venv services
+	KQ_STORMS=1 "$(PY)" -m pytest -n $(PYTEST_WORKERS) -m storm -rA $(PYTEST_ARGS) | tee reports/storms.log
+
 # The long fault tier (tests/faults, -m soak): KQ_SOAK_SECONDS per scenario and backend (default 1800).
 # One JSON report per scenario and backend in reports/reliability/soak/, then their table in SUMMARY.md.
-soak: venv services
+soak: venv services storms
 	@mkdir -p reports/reliability/soak
 	status=0; KQ_SOAK=1 KQ_REPORTS_DIR=reports/reliability/soak "$(PY)" -m pytest tests/faults -m soak \
 	  $(PYTEST_ARGS) || status=$$?; \
@@ -149,6 +176,12 @@ bench: venv services
 	"$(PY)" -m bench $(BENCH_ARGS)
 	"$(PY)" -m bench.redis $(BENCH_ARGS)
 	"$(PY)" -m bench.rabbitmq $(BENCH_ARGS)
+	"$(PY)" -m bench.outbox
+	"$(PY)" -m bench.observability
+
+# kinetis-queue beside its peers, one worker process each (bench/peers); BENCH_ARGS such as --quick or --peers.
+bench-peers: bench-venv services
+	"$(BENCH_VENV)/bin/python" -m bench.peers $(BENCH_ARGS)
 
 clean:
-	rm -rf "$(VENV)" "$(VENV52)" "$(DEMO_VENV)" testproject/demo.sqlite3
+	rm -rf "$(VENV)" "$(VENV52)" "$(DEMO_VENV)" "$(BENCH_VENV)" testproject/demo.sqlite3

@@ -14,7 +14,9 @@ jobs and then drain them with one worker process:
 
 Speed claims are ratios against the bare loop measured in the same run: absolute rates depend on
 this machine, the ratios much less. On PostgreSQL both tables are vacuumed and analyzed before
-every timed phase, so neither side inherits the other's dead rows or a stale plan. Each phase is
+every timed phase, so neither side inherits the other's dead rows or a stale plan; one more project
+drain runs WITHOUT a fresh ANALYZE (``stale_drain``: statistics from a nearly empty table, as a
+queue table usually has), since the claim's speed must not depend on them. Each phase is
 checked: after a push the table holds N rows of the queue, after a drain none, and no job was
 recorded as failed; otherwise the run aborts. The drain also reports how many connections the
 worker opened (one expected, whatever CONN_MAX_AGE says), and on PostgreSQL a supplementary,
@@ -256,6 +258,37 @@ def like_for_like_drain(backend: str, n: int) -> dict[str, float]:
     return bare_drain(backend, n, async_commit=True)
 
 
+def stale_drain(backend: str, n: int) -> dict[str, float]:
+    """PostgreSQL only: the project drain of N jobs WITHOUT a fresh ANALYZE (the table's normal life).
+
+    The jobs table is analyzed while it holds three reserved rows, then N jobs arrive (pushed
+    untimed with push_many) and the worker drains them; autovacuum is off on the table meanwhile, so
+    no ANALYZE refreshes the statistics halfway. Every other drain of this benchmark runs on fresh
+    statistics (``_vacuum``), which the claim's plan must not depend on (claim.py, "Plan stability").
+    """
+    from bench.jobs import Noop
+    from kinetis_queue import queues
+
+    queue = queues[_connection(backend)]
+    _project_sql(backend, "ALTER TABLE kinetis_queue_jobs SET (autovacuum_enabled = false)")
+    try:
+        _project_sql(backend, "VACUUM kinetis_queue_jobs")
+        queue.push_many([Noop() for _ in range(3)], queue=QUEUE)
+        _project_sql(
+            backend, "UPDATE kinetis_queue_jobs SET reserved_at = %s, reserved_token = md5(id::text)", [time.time()]
+        )
+        _project_sql(backend, "ANALYZE kinetis_queue_jobs")
+        _project_sql(backend, "DELETE FROM kinetis_queue_jobs")
+        queue.push_many([Noop() for _ in range(n)], queue=QUEUE)
+        _close_django_connections()
+        drained = _run_child("bench.drain", ["--connection", _connection(backend), "--queue", QUEUE, "--n", str(n)])
+    finally:
+        _project_sql(backend, "ALTER TABLE kinetis_queue_jobs RESET (autovacuum_enabled)")
+    if left := _project_count(backend):
+        raise SystemExit(f"bench: {backend} stale-statistics drain left {left} rows")
+    return {"project_drain_stale": drained["rate"]}
+
+
 def measure(backend: str, n: int, repeat: int) -> dict[str, list[float]]:
     """``repeat`` rounds of both sides (which side goes first alternates); every sample of every metric."""
     from bench import bare
@@ -270,6 +303,7 @@ def measure(backend: str, n: int, repeat: int) -> dict[str, list[float]]:
             result.update(drain(backend, n))
         if bare.vendor(backend) == "postgresql":
             result.update(like_for_like_drain(backend, n))
+            result.update(stale_drain(backend, n))
         for metric, value in result.items():
             samples.setdefault(metric, []).append(value)
         _log(
@@ -340,6 +374,12 @@ def notes(results: dict[str, dict[str, float]], n: int) -> list[str]:
         if m["drain_connects"] > 2
     ]
     for backend, m in results.items():
+        if "project_drain_stale" in m:
+            lines.append(
+                f"{backend}, without a fresh ANALYZE (table analyzed holding 3 reserved rows, then N jobs): "
+                f"project drain {m['project_drain_stale']:,.0f}/s, "
+                f"{m['project_drain_stale'] / m['project_drain']:.0%} of the drain on fresh statistics"
+            )
         if "bare_drain_async" in m:
             lines.append(
                 f"{backend}, like for like (bare drain with synchronous_commit = off, as the project worker "

@@ -13,12 +13,14 @@ bare driver loops (bench/bare.py) read their connection parameters from here too
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-BENCH_DB_NAME = "kinetis_bench"
-SQLITE_FILE = str(Path(tempfile.gettempdir()) / "kinetis_bench.sqlite3")
+#: KINETIS_BENCH_DB overrides it, so a run can keep a database of its own (stale statistics need one).
+BENCH_DB_NAME = os.environ.get("KINETIS_BENCH_DB", "kinetis_bench")
+SQLITE_FILE = str(Path(tempfile.gettempdir()) / f"{BENCH_DB_NAME}.sqlite3")
 
 SECRET_KEY = "kinetis-queue-bench"
 USE_TZ = True

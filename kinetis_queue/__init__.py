@@ -5,6 +5,8 @@ The public names are re-exported here; see DESIGN.md for the contract they imple
 
 from __future__ import annotations
 
+from typing import Any
+
 from kinetis_queue.connections import queue, queues
 from kinetis_queue.contracts import (
     ClearableQueue,
@@ -14,8 +16,10 @@ from kinetis_queue.contracts import (
     QueuedJob,
     RenewableQueue,
 )
+from kinetis_queue.control import cancel
 from kinetis_queue.dispatch import push_on_commit
 from kinetis_queue.job import Job, JobContext, Sensitive
+from kinetis_queue.limits import limit_concurrency
 
 __all__ = [
     "ClearableQueue",
@@ -27,7 +31,20 @@ __all__ = [
     "QueuedJob",
     "RenewableQueue",
     "Sensitive",
+    "batch",
+    "cancel",
+    "chain",
+    "limit_concurrency",
     "push_on_commit",
     "queue",
     "queues",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Chains and batches load the workflow tables: imported on first use, once the app registry is ready.
+    if name in ("chain", "batch"):
+        from kinetis_queue import workflows
+
+        return getattr(workflows, name)
+    raise AttributeError(name)

@@ -7,12 +7,16 @@ URL parameter reaches the stored text: search covers safe metadata only, and the
 accepts only the parameters its list filters send (any other lookup, ``?args__contains=...``,
 would answer whether a guessed value is stored). Every view goes through
 ``admin_site.admin_view()`` (staff login, CSRF on POST, no caching), and each operation asks for
-the model permission it uses: retry "change", forget "delete"; the status page asks for "view".
+the model permission it uses: retry "change", forget "delete"; the status page asks for "view", and
+its Pause and Resume buttons (kinetis_queue.control) "change", like Retry.
 Retry and Forget ask for confirmation like Django's delete does (Forget) and write LogEntry rows.
+Pause, Resume, Retry and Forget accept a ``next`` (a local path only) to return to the page that asked:
+the dashboard (kinetis_queue/dashboard) posts to these same views rather than having copies of them.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -29,11 +33,17 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import mark_safe
 from django.utils.text import capfirst
 
-from kinetis_queue import failed, redaction, status
+from kinetis_queue import control, failed, redaction, status
+from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.models import FailedJob
+from kinetis_queue.validation import validate_queue_name
+from kinetis_queue.workflows import engine as workflow_engine
+
+logger = logging.getLogger("kinetis_queue")
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[FailedJob]
@@ -210,7 +220,7 @@ class FailedJobAdmin(_ModelAdmin):
             return self._gone(request, object_id)
         if self._retry(request, record).ok:
             self.message_user(request, f"Failed job {record.pk} pushed again.", messages.SUCCESS)
-            return self._to_changelist(request)
+            return self._back(request) or self._to_changelist(request)
         return HttpResponseRedirect(self._preserving(request, self._url("change", record.pk)))
 
     def forget_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
@@ -221,9 +231,10 @@ class FailedJobAdmin(_ModelAdmin):
         if record is None:
             return self._gone(request, object_id)
         if request.method == "POST" and request.POST.get("post") == "yes":
-            if self._forget(request, record):
-                self.message_user(request, f"Failed job {record.pk} forgotten.", messages.SUCCESS)
-            return self._to_changelist(request)
+            if not self._forget(request, record):  # another operator forgot it since it was read
+                return self._gone(request, object_id)
+            self.message_user(request, f"Failed job {record.pk} forgotten.", messages.SUCCESS)
+            return self._back(request) or self._to_changelist(request)
         return self._forget_confirmation(request, [record], bulk=False)
 
     def _forget_confirmation(self, request: HttpRequest, records: list[FailedJob], *, bulk: bool) -> HttpResponse:
@@ -233,23 +244,96 @@ class FailedJobAdmin(_ModelAdmin):
             back = self._preserving(request, self._url("change", records[0].pk))
             form_url = self._preserving(request, self._url("forget", records[0].pk))
             crumbs = [(back, str(records[0]))]
+            back = self.return_to(request) or back
         context = {
             **self._page_context(request, "Forget failed jobs" if bulk else "Forget failed job", crumbs, "Forget"),
             "records": [(record, failed.shown_class(record)) for record in records],
             "bulk": bulk,
             "back_url": back,
             "form_url": form_url,
+            "next": self.return_to(request),
         }
         return TemplateResponse(request, "admin/kinetis_queue/failedjob/forget_confirmation.html", context)
 
     # -- the status page ---------------------------------------------------------------------------
 
     def status_view(self, request: HttpRequest) -> HttpResponse:
-        """queue_status's figures per connection and queue, for staff who may view failed jobs."""
+        """queue_status's figures per connection and queue, paused or not, for staff who may view failed
+        jobs; those who may retry them ("change") get a Pause or Resume button per queue."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        context = {**self._page_context(request, "Queue status", [], "Queue status"), "figures": status.collect()}
+        context = {
+            **self._page_context(request, "Queue status", [], "Queue status"),
+            "figures": status.collect(),
+            "workflows": workflow_engine.counts(),
+            "can_pause": self.has_change_permission(request),
+            "pause_url": self._url("pause"),
+            "resume_url": self._url("resume"),
+        }
         return TemplateResponse(request, "admin/kinetis_queue/status.html", context)
+
+    def pause_view(self, request: HttpRequest) -> HttpResponse:
+        """POST from the status page: the confirmation page; its POST (``post=yes``) pauses the queue."""
+        target = self._pause_target(request)
+        if not isinstance(target, tuple):
+            return target
+        connection, queue = target
+        if request.POST.get("post") != "yes":
+            context = {
+                **self._page_context(
+                    request, "Pause a queue", [(self._url("status"), "Queue status")], "Pause a queue"
+                ),
+                "connection": connection,
+                "queue": queue,
+                "form_url": self._url("pause"),
+                "back_url": self.return_to(request) or self._url("status"),
+                "next": self.return_to(request),
+            }
+            return TemplateResponse(request, "admin/kinetis_queue/pause_confirmation.html", context)
+        if control.pause(queue, connection):
+            logger.info("Queue %s of connection %s paused from the admin by %s", queue, connection, request.user)
+            self.message_user(
+                request,
+                f"Queue {queue} of connection {connection} paused: its workers take none of its jobs from about "
+                "a second on; pushes still succeed.",
+                messages.SUCCESS,
+            )
+        else:
+            self.message_user(request, f"Queue {queue} of connection {connection} was paused already.", messages.INFO)
+        return self._back(request) or HttpResponseRedirect(self._url("status"))
+
+    def resume_view(self, request: HttpRequest) -> HttpResponse:
+        """POST from the status page: resume the queue (no confirmation: resuming loses nothing)."""
+        target = self._pause_target(request)
+        if not isinstance(target, tuple):
+            return target
+        connection, queue = target
+        if control.resume(queue, connection):
+            logger.info("Queue %s of connection %s resumed from the admin by %s", queue, connection, request.user)
+            self.message_user(
+                request,
+                f"Queue {queue} of connection {connection} resumed: its workers take its jobs again within "
+                "about a second.",
+                messages.SUCCESS,
+            )
+        else:
+            self.message_user(request, f"Queue {queue} of connection {connection} was not paused.", messages.INFO)
+        return self._back(request) or HttpResponseRedirect(self._url("status"))
+
+    def _pause_target(self, request: HttpRequest) -> tuple[str, str] | HttpResponse:
+        """The (connection, queue) a Pause or Resume POST names, checked before anything changes; else the
+        response: PermissionDenied without "change", 405 for a GET, back to the status page when invalid."""
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        try:
+            queue = validate_queue_name(request.POST.get("queue", ""))
+            connection = control.connection_name(request.POST.get("connection", ""), pausing=True)
+        except KinetisQueueError as exc:
+            self.message_user(request, f"Nothing was changed: {exc}", messages.ERROR)
+            return self._back(request) or HttpResponseRedirect(self._url("status"))
+        return connection, queue
 
     # -- URLs and page plumbing --------------------------------------------------------------------
 
@@ -260,10 +344,14 @@ class FailedJobAdmin(_ModelAdmin):
 
         own = [
             route("status/", self.status_view, "status"),
+            route("status/pause/", self.pause_view, "pause"),
+            route("status/resume/", self.resume_view, "resume"),
             route("<int:object_id>/retry/", self.retry_view, "retry"),
             route("<int:object_id>/forget/", self.forget_view, "forget"),
         ]
-        return [*own, *super().get_urls()]
+        from kinetis_queue.dashboard.views import dashboard_urls  # it builds on this class: imported late
+
+        return [*own, *dashboard_urls(self), *super().get_urls()]
 
     def _url_name(self, name: str) -> str:
         return f"{self.opts.app_label}_{self.opts.model_name}_{name}"
@@ -274,6 +362,20 @@ class FailedJobAdmin(_ModelAdmin):
     def _preserving(self, request: HttpRequest, url: str) -> str:
         """``url`` carrying the changelist's filters along, as Django's own admin pages do."""
         return add_preserved_filters({"preserved_filters": self.get_preserved_filters(request), "opts": self.opts}, url)
+
+    def return_to(self, request: HttpRequest) -> str:
+        """The ``next`` the request names (POST, else GET) when it is a path on this site, else "": an
+        operation started from the dashboard returns there, and no parameter can send anyone elsewhere."""
+        wanted = request.POST.get("next") or request.GET.get("next") or ""
+        if not wanted.startswith("/") or wanted.startswith("//"):
+            return ""
+        allowed = url_has_allowed_host_and_scheme(wanted, {request.get_host()}, require_https=request.is_secure())
+        return wanted if allowed else ""
+
+    def _back(self, request: HttpRequest) -> HttpResponse | None:
+        """A redirect to the request's ``next`` (see return_to()), or None when it names none."""
+        wanted = self.return_to(request)
+        return HttpResponseRedirect(wanted) if wanted else None
 
     def _to_changelist(self, request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(self._preserving(request, self._url("changelist")))
@@ -303,3 +405,10 @@ class FailedJobAdmin(_ModelAdmin):
             ],
             "current": current,
         }
+
+
+# The schedule list (read-only) lives with the schedules.
+from kinetis_queue.schedules import admin as _schedule_admin  # noqa: E402, F401
+
+# The chains and batches (list, detail, Cancel) live with the workflows.
+from kinetis_queue.workflows import admin as _workflow_admin  # noqa: E402, F401

@@ -1,9 +1,10 @@
-"""Django app config: imports the system checks and runs discovery (registry.py)."""
+"""Django app config: imports the system checks, sets the worker's default hooks and stores, runs discovery."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from typing import Any
 
 from django.apps import AppConfig
 
@@ -14,8 +15,22 @@ class KinetisQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from kinetis_queue import checks, registry  # noqa: F401  (checks registers the system checks)
+        from kinetis_queue import checks, hooks, limits, registry, unique  # noqa: F401  (checks registers the checks)
         from kinetis_queue.contrib import receivers  # noqa: F401  (registers QueuedReceiverJob)
+        from kinetis_queue.limits.database import database_slots
+        from kinetis_queue.unique.database import database_locks
+
+        # Backends without a store of their own keep unique jobs' locks and concurrency slots in a Django database.
+        unique.DEFAULT_STORE = database_locks
+        limits.DEFAULT_STORE = database_slots
+        # Around every worker's deliveries: paused queues and cancelled jobs (kinetis_queue/control), chains
+        # and batches (kinetis_queue/workflows), and what KINETIS_QUEUE asks to observe
+        # (kinetis_queue/observability), also on the push side.
+        hooks.DEFAULT = _worker_hooks
+        from kinetis_queue.observability import setup
+
+        setup.configure()
+        importlib.import_module("kinetis_queue.workflows.jobs")  # the callback carrier, known before any delivery
 
         # The carrier jobs of contrib/ (QueuedReceiverJob, RunTask where django.tasks exists) are
         # registered before any message arrives: a worker resolves only registered names, and
@@ -25,3 +40,14 @@ class KinetisQueueConfig(AppConfig):
         # Job classes, receivers and tasks are resolved only among what the process knows (DESIGN.md §2).
         # A module that fails to import is kept and reported (check E004, queue_work), not raised here.
         registry.discover()
+
+
+def _worker_hooks() -> Any:
+    """The hooks of every Worker given none (kinetis_queue.hooks), asked in this order: one instance each,
+    as each holds its worker's state. A paused queue or a cancelled job is decided first."""
+    from kinetis_queue.control.hooks import ControlHooks
+    from kinetis_queue.hooks import HookChain
+    from kinetis_queue.observability.setup import worker_hooks
+    from kinetis_queue.workflows.hooks import WorkflowHooks
+
+    return HookChain([ControlHooks(), WorkflowHooks(), *worker_hooks()])

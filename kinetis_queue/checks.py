@@ -10,11 +10,18 @@ Errors:
 - kinetis_queue.E005: a Job subclass defined in a discovery module cannot be run by a worker (no
   handle(), a handle() parameter the worker cannot pass, a class it cannot find by its path). A base
   class without handle() that has subclasses, or an abstract one, is not reported.
+- kinetis_queue.E008: KINETIS_QUEUE["METRICS"] or ["TRACING"] is on and its library (prometheus_client,
+  opentelemetry) is not installed: the pip extra to install is named.
+- kinetis_queue.E007: a Job subclass of a discovery module has unique_* attributes a push would refuse
+  (kinetis_queue.unique): unique_for out of range, an unknown scope, debounce without "started".
 
 Database checks (``check --database ALIAS``, and ``migrate``, which runs them first):
 - kinetis_queue.W004: the kinetis_queue tables are missing in that database: run ``manage.py migrate``.
   A warning, not an error: ``migrate`` runs database checks before migrating, and an error there
   would stop the very command that creates the tables.
+
+- kinetis_queue.W005: the transactional outbox of a connection whose OUTBOX is that database holds more
+  rows than its OUTBOX_WARN: pushes commit, but no relay is sending them (or not fast enough).
 
 Warnings (deployment only):
 - kinetis_queue.W001: the default connection is the sync backend (jobs run inside the request).
@@ -32,7 +39,7 @@ from django.core.checks import CheckMessage, Error, Tags, register
 from django.core.checks import Warning as CheckWarning
 from django.db import DatabaseError
 
-from kinetis_queue import conf, registry, tables
+from kinetis_queue import conf, registry, tables, unique
 from kinetis_queue.backends.sql.options import UNKNOWN_ALIAS
 from kinetis_queue.backends.sql.tables import missing
 from kinetis_queue.exceptions import QueueConfigurationError, QueueTablesMissingError, QueueUnavailableError
@@ -145,6 +152,10 @@ def check_discovery(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
         problem = registry.runnable_problem(cls)
         if problem is not None:
             errors.append(Error(problem, obj=job_class_path(cls), id="kinetis_queue.E005"))
+    for cls in classes:
+        problem = unique.class_problem(cls)
+        if problem is not None:
+            errors.append(Error(problem, obj=job_class_path(cls), id="kinetis_queue.E007"))
     return errors
 
 
@@ -167,3 +178,51 @@ def check_tables(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
                 )
             )
     return warnings
+
+
+@register()
+def check_observability(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E008: each observability switch that is on has its library."""
+    from kinetis_queue.observability.setup import missing_libraries
+
+    try:
+        loaded = conf.load()
+    except QueueConfigurationError:
+        return []  # reported by E001
+    return [Error(problem, id="kinetis_queue.E008") for problem in missing_libraries(loaded)]
+
+
+@register(Tags.database)
+def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W005: no connection's outbox backlog is above its OUTBOX_WARN (in the databases asked about)."""
+    from kinetis_queue.outbox.relay import backlog
+
+    warnings: list[CheckMessage] = []
+    try:
+        loaded = conf.load()
+    except QueueConfigurationError:
+        return []  # reported by E001
+    for entry in loaded.connections.values():
+        outbox = entry.outbox
+        if outbox is None or outbox.database not in (databases or ()):
+            continue
+        try:
+            waiting, _ = backlog(entry.name, outbox)
+        except DatabaseError:
+            continue  # an unreachable database or a missing table is not this check's to report
+        if waiting > outbox.warn:
+            warnings.append(
+                CheckWarning(
+                    f"the outbox of connection {entry.name!r} holds {waiting} pushes, above its OUTBOX_WARN "
+                    f"({outbox.warn})",
+                    hint="Pushes commit but are not relayed: run queue_work (or queue_relay) for that connection, "
+                    "and check that its store is reachable.",
+                    obj=entry.name,
+                    id="kinetis_queue.W005",
+                )
+            )
+    return warnings
+
+
+# Schedules register their own check (E006) in their package.
+from kinetis_queue.schedules import checks as _schedule_checks  # noqa: E402, F401

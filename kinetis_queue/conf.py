@@ -17,7 +17,7 @@ from typing import Any
 from django.conf import settings
 
 from kinetis_queue.exceptions import QueueConfigurationError
-from kinetis_queue.schema import BackendOptions, KeyPath, Option, fail, integer, key, number, optional
+from kinetis_queue.schema import BackendOptions, KeyPath, Option, boolean, fail, integer, key, number, optional
 from kinetis_queue.validation import CONNECTION_NAME, MAX_RETRY_DELAY
 
 #: Used when KINETIS_QUEUE is not set: one SQL connection on the default database.
@@ -55,6 +55,42 @@ SHARED_OPTIONS = (
 SHARED_KEYS = tuple(option.name for option in SHARED_OPTIONS)
 
 
+def _database_alias(value: Any, path: KeyPath) -> None:
+    if type(value) is not str or value not in settings.DATABASES:
+        raise fail(path, "must name an alias in DATABASES")
+
+
+#: The transactional outbox (kinetis_queue/outbox, docs/outbox.md), on the backends whose store cannot
+#: join a database transaction: OUTBOX names the database alias whose transactions a push joins.
+OUTBOX_OPTIONS = (
+    Option("OUTBOX", None, optional(_database_alias)),
+    #: Also route a push made outside a transaction through the outbox.
+    Option("OUTBOX_ALWAYS", False, boolean),
+    #: Seconds an idle relay sleeps between two looks where no NOTIFY wakes it (all but PostgreSQL).
+    Option("OUTBOX_POLL", 0.02, number(0, 5, low_open=True)),
+    #: queue_status and the kinetis_queue.W005 check warn once this many rows wait.
+    Option("OUTBOX_WARN", 1000, integer(1)),
+)
+OUTBOX_KEYS = tuple(option.name for option in OUTBOX_OPTIONS)
+#: Top-level switches of kinetis_queue/observability, each True or False, and their defaults.
+OBSERVABILITY_KEYS = {"METRICS": False, "TRACING": False, "JOB_LOG": False, "HISTORY": True}
+#: Backends that refuse OUTBOX: the SQL backend's push already joins the transaction; sync runs inline.
+NO_OUTBOX = {
+    "sql": "the SQL backend's push is already part of the transaction on its DATABASE",
+    "sync": "the sync backend runs each job inside push()",
+}
+
+
+@dataclass(frozen=True)
+class OutboxSettings:
+    """A connection's outbox: OUTBOX and its companion keys."""
+
+    database: str
+    always: bool
+    poll: float
+    warn: int
+
+
 @dataclass(frozen=True)
 class ConnectionSettings:
     """One validated connection entry, with the shared keys resolved against the top-level defaults."""
@@ -69,6 +105,8 @@ class ConnectionSettings:
     retry_base_delay: float
     poll_timeout: float
     timeout: float | None = None
+    #: The connection's transactional outbox (OUTBOX), or None.
+    outbox: OutboxSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +115,15 @@ class QueueSettings:
     connections: dict[str, ConnectionSettings] = field(default_factory=dict)
     #: KINETIS_QUEUE["IMPORTS"]: modules discovery imports besides each app's jobs and tasks modules.
     imports: tuple[str, ...] = ()
+    #: METRICS: Prometheus counters and histograms (the ``metrics`` extra); TRACING: OpenTelemetry spans
+    #: (the ``otel`` extra). Both off by default (kinetis_queue/observability).
+    metrics: bool = False
+    tracing: bool = False
+    #: JOB_LOG: one structured record per settled delivery (kinetis_queue/observability/logs.py).
+    job_log: bool = False
+    #: HISTORY: per-minute counts in the Django database, for queue_status --history and the dashboard
+    #: (kinetis_queue/observability/history.py). On by default.
+    history: bool = True
 
 
 def _shared(option: Option, value: Any, path: KeyPath, max_visibility_timeout: int | None) -> Any:
@@ -96,7 +143,7 @@ def load() -> QueueSettings:
         raw = DEFAULT_SETTING
     if not isinstance(raw, Mapping):
         raise QueueConfigurationError("KINETIS_QUEUE must be a dict")
-    allowed_top = {"DEFAULT_CONNECTION", "CONNECTIONS", "IMPORTS", *SHARED_KEYS}
+    allowed_top = {"DEFAULT_CONNECTION", "CONNECTIONS", "IMPORTS", "SCHEDULE", *OBSERVABILITY_KEYS, *SHARED_KEYS}
     for given in raw:
         if given not in allowed_top:
             raise fail((str(given),), f"is not a known key (known: {', '.join(sorted(allowed_top))})")
@@ -113,7 +160,11 @@ def load() -> QueueSettings:
     default = raw.get("DEFAULT_CONNECTION", "default")
     if type(default) is not str or default not in parsed:
         raise fail(("DEFAULT_CONNECTION",), "must name one of KINETIS_QUEUE['CONNECTIONS']")
-    return QueueSettings(default, parsed, _imports(raw))
+    for name in OBSERVABILITY_KEYS:
+        if name in raw:
+            boolean(raw[name], (name,))
+    flags = (bool(raw.get(name, default)) for name, default in OBSERVABILITY_KEYS.items())
+    return QueueSettings(default, parsed, _imports(raw), *flags)
 
 
 #: A dotted module name: identifiers separated by dots.
@@ -159,12 +210,12 @@ def _connection(name: Any, entry: Any, defaults: dict[str, Any]) -> ConnectionSe
     values = dict(defaults)
     shared = {option.name: option for option in SHARED_OPTIONS}
     for given, value in entry.items():
-        if given == "BACKEND":
+        if given == "BACKEND" or given in OUTBOX_KEYS:
             continue
         if given in shared:
             values[given] = _shared(shared[given], value, (*path, given), cap)
         elif schema is not None and given not in schema.names:
-            known = sorted({"BACKEND", *SHARED_KEYS, *schema.names})
+            known = sorted({"BACKEND", *SHARED_KEYS, *schema.names, *([] if backend in NO_OUTBOX else OUTBOX_KEYS)})
             raise fail((*path, str(given)), f"is not a setting of the {backend} backend (known: {', '.join(known)})")
     if cap is not None and values["VISIBILITY_TIMEOUT"] > cap:
         raise fail((*path, "VISIBILITY_TIMEOUT"), f"must be at most {cap} for the {backend} backend")
@@ -177,6 +228,23 @@ def _connection(name: Any, entry: Any, defaults: dict[str, Any]) -> ConnectionSe
         retry_base_delay=values["RETRY_BASE_DELAY"],
         poll_timeout=values["POLL_TIMEOUT"],
         timeout=values["TIMEOUT"],
+        outbox=_outbox(backend, entry, path),
+    )
+
+
+def _outbox(backend: str, entry: Mapping[str, Any], path: KeyPath) -> OutboxSettings | None:
+    """The connection's OUTBOX keys, checked; None without OUTBOX (its companions then mean nothing)."""
+    given = [name for name in OUTBOX_KEYS if name in entry]
+    if given and backend in NO_OUTBOX:
+        raise fail((*path, given[0]), f"is not a setting of the {backend} backend: {NO_OUTBOX[backend]}")
+    values = {option.name: entry.get(option.name, option.default) for option in OUTBOX_OPTIONS}
+    for option in OUTBOX_OPTIONS:
+        if option.check is not None and option.name in entry:
+            option.check(values[option.name], (*path, option.name))
+    if values["OUTBOX"] is None:
+        return None
+    return OutboxSettings(
+        values["OUTBOX"], values["OUTBOX_ALWAYS"], float(values["OUTBOX_POLL"]), values["OUTBOX_WARN"]
     )
 
 

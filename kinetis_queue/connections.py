@@ -53,7 +53,12 @@ def backend_class(settings: conf.ConnectionSettings) -> type[Queue]:
 def build(name: str | None = None) -> Queue:
     """Build a fresh queue for connection ``name`` (not cached: the caller owns it and disposes it)."""
     settings = conf.connection_settings(name)
-    return backend_class(settings).from_settings(settings)
+    queue = backend_class(settings).from_settings(settings)
+    if settings.outbox is not None:
+        from kinetis_queue.outbox.database import DatabaseOutbox
+
+        queue.outbox = DatabaseOutbox(settings.name, settings.outbox)
+    return queue
 
 
 class ConnectionHandler:
@@ -118,3 +123,7 @@ queue = DefaultQueueProxy()
 def _reset_on_setting_change(*, setting: str, **kwargs: Any) -> None:
     if setting in ("KINETIS_QUEUE", "DATABASES"):
         queues.dispose_all()
+    if setting == "KINETIS_QUEUE":
+        from kinetis_queue.observability import setup
+
+        setup.configure()

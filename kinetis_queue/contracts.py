@@ -9,6 +9,12 @@ PreparedPush, and ``send()`` stores one. ``push()`` is the two in a row; code th
 now and store it later (``push_on_commit``, the django.tasks backend, queued receivers) calls them
 apart. Backends implement the protected ``_push()`` primitive that ``send()`` calls, and add their
 own limits through the ``_check_push()`` hook that ``prepare()`` calls.
+
+The batch operations (``push_many()``/``send_many()``, ``pop_many()``, ``ack_many()``) and
+``unreserve()`` have defaults built on the single primitives; a backend overrides the protected
+``_push_many()``, ``_sweep_many()``, ``_ack_many()`` and ``_unreserve()`` to spend one round trip
+where its store allows. Every public operation of a queue may be called from several threads at
+once (``queue_work --concurrency``): a backend keeps per-thread what its client cannot share.
 """
 
 from __future__ import annotations
@@ -21,12 +27,24 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from kinetis_queue import hooks, limits, unique
 from kinetis_queue.envelope import Envelope, new_envelope
+from kinetis_queue.exceptions import (
+    InvalidQueueArgumentError,
+    MalformedJobSettledError,
+    StaleJobHandleError,
+    UnrunnableJobError,
+    UnserializableJobError,
+)
 from kinetis_queue.job import Job
+from kinetis_queue.limits import SlotStore
+from kinetis_queue.outbox import Outbox
 from kinetis_queue.registry import ensure_runnable
 from kinetis_queue.serializer import serialize_job
+from kinetis_queue.unique import LockStore, UniqueLock
 from kinetis_queue.validation import (
     validate_delay,
+    validate_job_id,
     validate_max_attempts,
     validate_queue_list,
     validate_queue_name,
@@ -37,7 +55,11 @@ if TYPE_CHECKING:
     from kinetis_queue.conf import ConnectionSettings
     from kinetis_queue.schema import BackendOptions
 
-#: Longest pause between two empty sweeps (contract: "The pop() priority/timeout contract").
+#: prepare()'s unique_* options when a push gives none.
+_NO_UNIQUE_OPTIONS: tuple[None, ...] = (None,) * 5
+
+#: Longest pause between two empty sweeps (contract: "The pop() priority/timeout contract"); a
+#: backend may pause less (``Queue.poll_pause``) or wait natively until a push wakes it (``_wait``).
 SWEEP_PAUSE = 1.0
 
 
@@ -47,6 +69,21 @@ class JobSettlement(StrEnum):
     ACK = "ack"
     RELEASE = "release"
     FAIL = "fail"
+    #: Queue.unreserve(): a delivery given back before its attempt started.
+    UNRESERVE = "unreserve"
+
+
+class Withdrawal(StrEnum):
+    """What ``Queue.withdraw(job_id)`` found (kinetis_queue.control's ``cancel()`` acts on it)."""
+
+    #: The job was waiting (ready or delayed) and is gone now: no worker will ever run it.
+    REMOVED = "removed"
+    #: A worker holds the job (running it, or reserved ahead): it is still in the store.
+    HELD = "held"
+    #: The store holds no job of that id (it finished, failed for good, or never existed).
+    ABSENT = "absent"
+    #: This store cannot look a job up by its id (Redis, SQS, RabbitMQ): the default.
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +136,25 @@ class PreparedPush:
     #: Seconds before the job may be popped, already validated (0: at once).
     delay: float
     queue: str
+    #: The lock of a unique job (kinetis_queue.unique), also in the envelope's metadata; None otherwise.
+    unique: UniqueLock | None = None
 
     @property
     def id(self) -> str:
         """The job id ``push()`` returns for this job."""
         return self.envelope.id
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """What one ``pop_many()`` reserved: the deliveries in the order a pop() would have returned
+    them, and the malformed messages it removed on the way (each one a delivery the worker counts)."""
+
+    jobs: list[QueuedJob] = field(default_factory=list)
+    malformed: list[MalformedJobSettledError] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.jobs or self.malformed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +183,16 @@ class Queue(ABC):
     #: conf.py; ``from_settings`` then finds every one in ``settings.options``, defaults filled in. None
     #: (a custom backend's default): any key is accepted and ``settings.options`` is the entry as written.
     settings_schema: ClassVar[BackendOptions | None] = None
+    #: Seconds pop() pauses between two empty sweeps (at most SWEEP_PAUSE); a backend whose ``_wait``
+    #: is woken by a push still bounds each wait by it, so a delayed job starts within one pause.
+    poll_pause: float = SWEEP_PAUSE
+    #: True for a backend that runs each job inside push() (sync): no worker ever delivers it.
+    runs_inline: ClassVar[bool] = False
 
     def __init__(self, *, connection: str | None = None) -> None:
         self.connection = connection
+        #: The connection's transactional outbox (OUTBOX; kinetis_queue.outbox), set when it is built.
+        self.outbox: Outbox | None = None
 
     @classmethod
     def from_settings(cls, settings: ConnectionSettings) -> Self:
@@ -143,15 +201,51 @@ class Queue(ABC):
 
     # -- the contract's public operations -------------------------------------------------------
 
-    def push(self, job: Job, delay: object = 0, queue: str = "default", max_attempts: int | None = None) -> str:
+    def push(
+        self,
+        job: Job,
+        delay: object = 0,
+        queue: str = "default",
+        max_attempts: int | None = None,
+        *,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
+        unique_until: str | None = None,
+        debounce: bool | None = None,
+        on_duplicate: str | None = None,
+    ) -> str:
         """Store ``job`` and return its id; everything is validated and serialized before any I/O.
 
-        The same as ``send(prepare(job, delay, queue, max_attempts))``.
+        The same as ``send(prepare(...))`` with the same arguments. A unique job (the ``unique_*``
+        options here or on its class; kinetis_queue.unique) whose key is held is not stored: the
+        holder's id is returned (or DuplicateJobError raised, with ``on_duplicate="raise"``).
         """
-        return self.send(self.prepare(job, delay, queue, max_attempts))
+        return self.send(
+            self.prepare(
+                job,
+                delay,
+                queue,
+                max_attempts,
+                unique_key=unique_key,
+                unique_for=unique_for,
+                unique_until=unique_until,
+                debounce=debounce,
+                on_duplicate=on_duplicate,
+            )
+        )
 
     def prepare(
-        self, job: Job, delay: object = 0, queue: str = "default", max_attempts: int | None = None
+        self,
+        job: Job,
+        delay: object = 0,
+        queue: str = "default",
+        max_attempts: int | None = None,
+        *,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
+        unique_until: str | None = None,
+        debounce: bool | None = None,
+        on_duplicate: str | None = None,
     ) -> PreparedPush:
         """Every check push() makes and the serialization, without I/O: the push ``send()`` stores.
 
@@ -165,7 +259,17 @@ class Queue(ABC):
         cap = validate_max_attempts(max_attempts)
         job_class, args = serialize_job(job)
         ensure_runnable(type(job))
-        prepared = PreparedPush(new_envelope(job_class, args, cap, self._metadata()), seconds, queue)
+        metadata = self._metadata()
+        if hooks.METADATA_PROVIDERS:
+            metadata = {**metadata}
+            for provider in hooks.METADATA_PROVIDERS:
+                metadata.update(provider(self, queue, job_class))
+        lock = None
+        options = (unique_key, unique_for, unique_until, debounce, on_duplicate)
+        if type(job).unique_for is not None or options != _NO_UNIQUE_OPTIONS:
+            lock = unique.lock_for(job, job_class, args, self.connection, queue, *options)
+            metadata = {**metadata, unique.METADATA_KEY: lock.metadata()}
+        prepared = PreparedPush(new_envelope(job_class, args, cap, metadata), seconds, queue, lock)
         self._check_push(prepared)
         return prepared
 
@@ -173,10 +277,71 @@ class Queue(ABC):
         """Store a prepared push and return its job id; what push() guarantees holds from here on.
 
         A push that raises may still have been stored when the backend was reached (contract:
-        "What push() guarantees"). Sending one PreparedPush twice stores the job twice, under one id.
+        "What push() guarantees"). Sending one PreparedPush twice stores the job twice, under one id,
+        unless it is unique: then the connection's lock store decides (the holder's id may come back).
         """
-        self._push(prepared.envelope, prepared.delay, prepared.queue)
+        outbox = self.outbox
+        if prepared.unique is not None:
+            # With an outbox, every lock of the connection lives in the outbox's database: a push in a
+            # transaction takes its key in that transaction, and a push outside one meets the same keys.
+            store = self.lock_store() if outbox is None else self.database_lock_store(outbox.database)
+            return store.push(self, prepared, prepared.unique)
+        if outbox is not None and outbox.captures():
+            outbox.write(self, [prepared])
+        else:
+            self._push(prepared.envelope, prepared.delay, prepared.queue)
+        if hooks.PUSH_OBSERVERS:
+            _observe(self, [prepared])
         return prepared.envelope.id
+
+    def push_many(
+        self, jobs: Sequence[Job], delay: object = 0, queue: str = "default", max_attempts: int | None = None
+    ) -> list[str]:
+        """Store every job of ``jobs`` (same delay, queue and attempt cap) and return their ids in order.
+
+        Every job is checked and serialized before any I/O: one bad job raises the error push()
+        would raise, its message starting with the job's index (``jobs[3]: ...``), and nothing is
+        stored. Then ``send_many()``: one round trip where the store allows.
+        """
+        if isinstance(jobs, (str, bytes)) or not isinstance(jobs, Sequence):
+            raise InvalidQueueArgumentError("push_many() takes a sequence of jobs (a list or a tuple)")
+        prepared = []
+        for index, job in enumerate(jobs):
+            try:
+                prepared.append(self.prepare(job, delay, queue, max_attempts))
+            except (InvalidQueueArgumentError, UnserializableJobError, UnrunnableJobError) as exc:
+                raise _at_index(exc, index) from exc
+        return self.send_many(prepared)
+
+    def send_many(self, prepared: Sequence[PreparedPush]) -> list[str]:
+        """Store several prepared pushes and return their ids in order (``send()`` for each, batched).
+
+        Raising part-way, some of them may be stored: each is stored whole or not at all, and one
+        that raised may still have been stored (as ``send()``). Nothing is deduplicated, except
+        unique jobs: each of those goes through the lock store on its own (``send()``), after the
+        others were stored together, and its id is the one ``send()`` returns.
+        """
+        if not prepared:
+            return []
+        plain = [item for item in prepared if item.unique is None]
+        if plain:
+            outbox = self.outbox
+            if outbox is not None and outbox.captures():
+                outbox.write(self, plain)
+            else:
+                self._push_many(plain)
+            if hooks.PUSH_OBSERVERS:
+                _observe(self, plain)
+        if len(plain) == len(prepared):
+            return [item.envelope.id for item in prepared]
+        return [item.envelope.id if item.unique is None else self.send(item) for item in prepared]
+
+    def store_many(self, prepared: Sequence[PreparedPush]) -> None:
+        """Store prepared pushes in the store itself, now: no outbox, no unique lock (the outbox relay's
+        primitive), each delay counted from now (the envelope's pushedAt may be long past). A backend
+        may skip here what it recognises as sent already (Redis)."""
+        if prepared:
+            self._push_many(prepared)
 
     def pop(self, timeout: float, queues: Sequence[str]) -> QueuedJob | None:
         """Reserve the next job from ``queues`` (priority = list order), waiting up to ``timeout``."""
@@ -189,21 +354,68 @@ class Queue(ABC):
             found = self._sweep(names)
             if found is not None:
                 return found
-            if deadline is None:
-                self._wait(names, SWEEP_PAUSE)
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if not self._paused(names, deadline):
                 return None
-            self._wait(names, min(SWEEP_PAUSE, left))
+
+    def pop_many(self, timeout: float, queues: Sequence[str], limit: int) -> Reserved:
+        """Reserve up to ``limit`` jobs from ``queues`` at once, waiting up to ``timeout`` for the first.
+
+        The deliveries come in the order successive pop() calls would return them (priority = list
+        order); each is a delivery of its own, settled on its own. A malformed message met on the way
+        is removed and reported in ``Reserved.malformed`` instead of raised, so the deliveries
+        reserved with it are not lost. Empty after ``timeout``.
+        """
+        if type(limit) is not int or limit < 1:
+            raise InvalidQueueArgumentError("limit must be an int of 1 or more")
+        seconds = validate_timeout(timeout)
+        names = validate_queue_list(queues)
+        if not names:
+            return Reserved()
+        deadline = None if seconds == 0 else time.monotonic() + seconds
+        while True:
+            found = self._sweep_many(names, limit)
+            if found:
+                return found
+            if not self._paused(names, deadline):
+                return found
+
+    def _paused(self, names: tuple[str, ...], deadline: float | None) -> bool:
+        """Wait once between two empty sweeps; False when the deadline has passed instead."""
+        pause = min(self.poll_pause, SWEEP_PAUSE)
+        if deadline is None:
+            self._wait(names, pause)
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        self._wait(names, min(pause, left))
+        return True
 
     @abstractmethod
     def ack(self, job: QueuedJob) -> None:
         """Settle a delivery whose handler returned: the job is gone."""
 
+    def ack_many(self, jobs: Sequence[QueuedJob]) -> list[StaleJobHandleError | None]:
+        """Ack several deliveries; one result per job, in order: None when acked, the refusal when stale.
+
+        Each ack is fenced as ack() is; a refusal is reported, never raised. Any other error
+        propagates, and then some of the deliveries may have been acked (each wholly or not at all).
+        """
+        return self._ack_many(jobs) if jobs else []
+
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         """Put a delivery back for another attempt, poppable after at least ``delay`` seconds."""
         self._release(job, validate_delay(delay))
+
+    def unreserve(self, job: QueuedJob, delay: float = 0) -> None:
+        """Give back a delivery whose attempt never started (reserved ahead, or held back at its
+        concurrency limit), poppable again after ``delay`` seconds.
+
+        Its next delivery carries the same attempt number: no attempt is charged. With no delay it is
+        poppable at once, ahead of the jobs waiting where the store allows. Fenced like a release:
+        StaleJobHandleError(UNRESERVE) when the delivery is no longer held, and nothing is written.
+        """
+        self._unreserve(job, validate_delay(delay))
 
     @abstractmethod
     def fail(self, job: QueuedJob) -> None:
@@ -231,6 +443,50 @@ class Queue(ABC):
         names = self.queue_names()
         return None if names is None else validate_queue_name(queue) in names
 
+    def withdraw(self, job_id: str) -> Withdrawal:
+        """Remove the job ``job_id`` if it is waiting, and say what was found (``cancel()``'s store step).
+
+        The id is checked first (32 lowercase hex digits, what push() returns), before any I/O. A store
+        that can find a job by its id deletes a waiting one (REMOVED) and leaves a reserved one alone
+        (HELD); one that cannot answers UNKNOWN, the default. Never touches a reserved delivery.
+        """
+        return self._withdraw(validate_job_id(job_id))
+
+    def lock_store(self) -> LockStore:
+        """Where this connection's unique locks live (kinetis_queue.unique): the backend's own store,
+        else the Django database's, which the kinetis_queue app provides."""
+        return self.database_lock_store(None)
+
+    def database_lock_store(self, database: str | None) -> LockStore:
+        """The lock store in a Django database (None: the one the router names), which the app provides:
+        the store of backends without one of their own, and of every push made through an outbox."""
+        if unique.DEFAULT_STORE is None:
+            raise InvalidQueueArgumentError(
+                f"unique jobs on the {self.backend_name} backend keep their locks in the Django database: "
+                "add 'kinetis_queue' to INSTALLED_APPS"
+            )
+        return unique.DEFAULT_STORE(database)
+
+    def slot_store(self) -> SlotStore:
+        """Where this connection's concurrency slots live (kinetis_queue.limits): the backend's own store,
+        else rows in a Django database (``jobs_database()``, or the default one) that the app provides."""
+        if limits.DEFAULT_STORE is None:
+            raise InvalidQueueArgumentError(
+                f"concurrency limits on the {self.backend_name} backend keep their slots in the Django database: "
+                "add 'kinetis_queue' to INSTALLED_APPS"
+            )
+        return limits.DEFAULT_STORE(self)
+
+    def slot_lease(self) -> float:
+        """Seconds a concurrency slot is leased for before it must be renewed (kinetis_queue.limits): the
+        visibility timeout of a RenewableQueue (a crashed worker's slot frees with its deliveries'
+        leases), else ``limits.DEFAULT_LEASE``; a backend may say otherwise."""
+        return float(self.visibility_timeout()) if isinstance(self, RenewableQueue) else float(limits.DEFAULT_LEASE)
+
+    def jobs_database(self) -> str | None:
+        """The Django database alias this backend keeps its jobs in (the SQL backend's), else None."""
+        return None
+
     # -- what each backend provides --------------------------------------------------------------
 
     def _metadata(self) -> dict[str, Any]:
@@ -248,13 +504,47 @@ class Queue(ABC):
     def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
         """Store a validated envelope (``send()``'s primitive): the push's first and only I/O."""
 
+    def _push_many(self, prepared: Sequence[PreparedPush]) -> None:
+        """Store several prepared pushes (``send_many()``'s primitive); by default one ``_push()`` each."""
+        for item in prepared:
+            self._push(item.envelope, item.delay, item.queue)
+
     @abstractmethod
     def _sweep(self, queues: tuple[str, ...]) -> QueuedJob | None:
         """One non-blocking, reserving probe of ``queues`` in priority order."""
 
+    def _sweep_many(self, queues: tuple[str, ...], limit: int) -> Reserved:
+        """One non-blocking probe reserving up to ``limit`` jobs; by default one ``_sweep()``."""
+        try:
+            found = self._sweep(queues)
+        except MalformedJobSettledError as exc:
+            return Reserved(malformed=[exc])
+        return Reserved(jobs=[] if found is None else [found])
+
     def _wait(self, queues: tuple[str, ...], seconds: float) -> None:
-        """Pause between empty sweeps; a backend with a native wait overrides this."""
+        """Pause between empty sweeps; a backend with a native wait (woken by a push) overrides this."""
         time.sleep(seconds)
+
+    def _withdraw(self, job_id: str) -> Withdrawal:
+        """``withdraw()``'s primitive for a checked id; by default the store cannot look a job up."""
+        return Withdrawal.UNKNOWN
+
+    def _ack_many(self, jobs: Sequence[QueuedJob]) -> list[StaleJobHandleError | None]:
+        """Ack each job (``ack_many()``'s primitive); by default one ``ack()`` each."""
+        results: list[StaleJobHandleError | None] = []
+        for job in jobs:
+            try:
+                self.ack(job)
+            except StaleJobHandleError as stale:
+                results.append(stale)
+            else:
+                results.append(None)
+        return results
+
+    def _unreserve(self, job: QueuedJob, delay: float) -> None:
+        """Give back an unstarted delivery (``delay`` validated); by default a release, which charges the
+        attempt anyway: each shipped backend overrides it, and a custom backend should."""
+        self._release(job, delay)
 
     @abstractmethod
     def _release(self, job: QueuedJob, delay: float) -> None:
@@ -299,3 +589,20 @@ class DisposableQueue(Queue):
     @abstractmethod
     def dispose(self) -> None:
         """Close what this queue opened; safe before first use and when called twice."""
+
+
+def _observe(queue: Queue, prepared: Sequence[PreparedPush]) -> None:
+    """Tell the push observers (metrics, history) about stored pushes; an observer's error never fails a push."""
+    for observer in hooks.PUSH_OBSERVERS:
+        try:
+            observer(queue, prepared)
+        except Exception:  # noqa: S110 - observers never decide (contract)
+            pass
+
+
+def _at_index(exc: Exception, index: int) -> Exception:
+    """The same error for the job at ``index`` of a push_many(): its message starts with ``jobs[index]: ``."""
+    renamed = type(exc).__new__(type(exc))
+    renamed.args = (f"jobs[{index}]: {exc}",)
+    renamed.__dict__.update(getattr(exc, "__dict__", {}))
+    return renamed

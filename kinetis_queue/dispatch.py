@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from typing import Any
 
 from django.db import transaction
 
@@ -31,6 +32,7 @@ def push_on_commit(
     *,
     using: str = "default",
     connection: str | None = None,
+    **unique_options: Any,
 ) -> str:
     """Push ``job`` once the current transaction on ``using`` commits; nothing is pushed on rollback.
 
@@ -39,9 +41,13 @@ def push_on_commit(
     the push happens at once and its error raises here. A push that fails inside the commit hook
     cannot raise to anyone (the transaction is committed): it is logged and reported through
     ``signals.push_on_commit_failed``, the job was not stored, and the transaction's other hooks run.
+
+    ``unique_key``, ``unique_for``, ``unique_until``, ``debounce`` and ``on_duplicate`` are push()'s
+    (kinetis_queue.unique): the key is taken when the job is sent, after the commit. The id returned is
+    the one the job is sent under; a unique job whose key is held by then is not stored (its holder is).
     """
     target = connections.queues.default() if connection is None else connections.queues[connection]
-    prepared = target.prepare(job, delay, queue, max_attempts)
+    prepared = target.prepare(job, delay, queue, max_attempts, **unique_options)
     push_after_commit(target, prepared, using=using)
     return prepared.id
 
@@ -57,7 +63,14 @@ def push_after_commit(
 
     At once, a push error raises to the caller. From the commit hook it is reported (log and
     ``push_on_commit_failed``), then ``on_failure(exception)`` runs; neither can stop later hooks.
+
+    A connection whose outbox (OUTBOX) is that database writes the push to the outbox now, in the
+    transaction (kinetis_queue/outbox): it then commits with it, and no hook is needed.
     """
+    outbox = target.outbox
+    if outbox is not None and outbox.database == using and outbox.captures():
+        target.send(prepared)
+        return
     if not transaction.get_connection(using).in_atomic_block:
         # Django runs the hook at once here (or refuses outside autocommit): errors reach the caller.
         transaction.on_commit(partial(target.send, prepared), using=using)

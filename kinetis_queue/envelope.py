@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 import uuid
 from collections.abc import Callable
@@ -20,10 +19,8 @@ from typing import Any, NoReturn
 
 from kinetis_queue.exceptions import MalformedJobSettledError, MalformedQueuedJobDataError
 from kinetis_queue.job import MAX_CLASS_PATH, is_class_path
+from kinetis_queue.validation import JOB_ID as JOB_ID  # a stored job id: JOB_ID_LENGTH lowercase hex characters
 from kinetis_queue.validation import JOB_ID_LENGTH, MAX_COUNTER, MAX_DEPTH, QUEUE_NAME, is_utf8
-
-#: A stored job id: JOB_ID_LENGTH lowercase hex characters.
-JOB_ID = re.compile(rf"[0-9a-f]{{{JOB_ID_LENGTH}}}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,17 @@ class QueueTablesMissingError(KinetisQueueError):
         )
 
 
+class DuplicateJobError(KinetisQueueError):
+    """A unique job's key is held by another job (a push with ``on_duplicate="raise"``); nothing was stored.
+
+    ``job_id`` is the holder's id. The key itself is never shown: it may be built from argument values.
+    """
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id} holds this unique key; nothing was stored")
+
+
 class JobReconstructionError(KinetisQueueError):
     """The stored class or arguments no longer match the code; handled as the job's own failure."""
 

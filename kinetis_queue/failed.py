@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from django.db import router, transaction
+from django.db import router
 from django.utils import timezone
 
 from kinetis_queue.contracts import QueuedJob
@@ -26,6 +26,7 @@ from kinetis_queue.envelope import decode_args, dumps, loads
 from kinetis_queue.exceptions import InvalidQueueArgumentError
 from kinetis_queue.redaction import scrub, sensitive_values
 from kinetis_queue.serializer import deserialize_job
+from kinetis_queue.transactions import write_atomic
 from kinetis_queue.validation import validate_max_attempts, validate_queue_name
 
 if TYPE_CHECKING:
@@ -221,7 +222,7 @@ def retry(failed_job_id: int) -> RetryOutcome:
 
     alias = router.db_for_write(FailedJob)
     try:
-        with transaction.atomic(using=alias):
+        with write_atomic(alias):
             record = FailedJob.objects.using(alias).select_for_update().filter(pk=failed_job_id).first()
             if record is None:
                 return RetryOutcome(failed_job_id, error=f"there is no failed job with id {failed_job_id}")

@@ -1,9 +1,10 @@
-"""The renewal heartbeat: keeps a running job's reservation alive (contract: "Reservation renewal").
+"""The renewal heartbeat: keeps every delivery a worker holds reserved (contract: "Reservation renewal").
 
-One thread per worker, idle between jobs. While a job runs it renews at half the visibility
-timeout with at most one call in flight; ``stop()`` waits out a call still in flight, so no
-renewal survives into the settlement (on SQS a late renewal would undo a delayed release).
-Failures are counted, not acted on: the worker logs them once, after the settlement.
+One thread per worker, idle while nothing is held. Each held delivery (running, or reserved ahead
+and not started yet) is renewed at half the visibility timeout, one call in flight at a time;
+``stop(job)`` waits out a call still in flight for that delivery, so no renewal survives into its
+settlement (on SQS a late renewal would undo a delayed release). Failures are counted per
+delivery, not acted on: the worker logs them once, after the settlement.
 """
 
 from __future__ import annotations
@@ -18,56 +19,66 @@ from kinetis_queue.contracts import QueuedJob, RenewableQueue
 
 @dataclass(frozen=True, slots=True)
 class RenewalReport:
-    """What the heartbeat saw during one job."""
+    """What the heartbeat saw for one delivery."""
 
     renewals: int
     failures: int
     last_error: BaseException | None
 
 
+@dataclass(slots=True)
+class _Lease:
+    job: QueuedJob
+    due: float
+    renewals: int = 0
+    failures: int = 0
+    last_error: BaseException | None = None
+
+
+_NOTHING = RenewalReport(0, 0, None)
+
+
 class Heartbeat:
-    """Renews the current job's reservation every ``interval`` seconds from a background thread."""
+    """Renews each held delivery's reservation every ``interval`` seconds from a background thread."""
 
     def __init__(self, queue: RenewableQueue, interval: float | None = None) -> None:
         self._queue = queue
         self._interval = interval if interval is not None else max(queue.visibility_timeout() / 2, 0.05)
         self._cond = threading.Condition()
-        self._job: QueuedJob | None = None
-        self._due = 0.0
-        self._in_flight = False
+        # Keyed by the delivery object itself: two deliveries of one job id are two leases.
+        self._leases: dict[int, _Lease] = {}
+        self._in_flight: int | None = None
         self._closed = False
-        self._renewals = 0
-        self._failures = 0
-        self._last_error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
     def start(self, job: QueuedJob) -> None:
-        """Begin renewing ``job`` (the first renewal comes one interval from now)."""
+        """Begin renewing ``job`` (the first renewal comes one interval from now); a delivery already
+        held keeps its schedule."""
         with self._cond:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="kinetis-queue-heartbeat", daemon=True)
                 self._thread.start()
-            self._job = job
-            self._due = time.monotonic() + self._interval
-            self._renewals = self._failures = 0
-            self._last_error = None
+            if id(job) not in self._leases:
+                self._leases[id(job)] = _Lease(job, time.monotonic() + self._interval)
             # No notify: an idle thread wakes at least once per interval (see _run), so it is awake
             # by the first renewal's due time. Waking it for every job cost a thread switch per
             # job, a large share of a Redis worker's time per no-op job (python -m bench.redis).
 
-    def stop(self) -> RenewalReport:
-        """Stop renewing and wait out a renewal still in flight; return what happened."""
+    def stop(self, job: QueuedJob) -> RenewalReport:
+        """Stop renewing ``job`` and wait out a renewal of it still in flight; return what happened."""
         with self._cond:
-            self._job = None
-            while self._in_flight:
+            lease = self._leases.pop(id(job), None)
+            while self._in_flight == id(job):
                 self._cond.wait()
-            return RenewalReport(self._renewals, self._failures, self._last_error)
+            if lease is None:
+                return _NOTHING
+            return RenewalReport(lease.renewals, lease.failures, lease.last_error)
 
     def close(self) -> None:
         """End the thread (the worker is exiting)."""
         with self._cond:
             self._closed = True
-            self._job = None
+            self._leases.clear()
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join()
@@ -76,29 +87,33 @@ class Heartbeat:
     def _run(self) -> None:
         with self._cond:
             while not self._closed:
-                job = self._job
-                if job is None:
+                if not self._leases:
                     self._cond.wait(self._interval)  # at most one interval: start() does not notify
                     continue
-                wait = self._due - time.monotonic()
+                lease = min(self._leases.values(), key=lambda held: held.due)
+                wait = lease.due - time.monotonic()
                 if wait > 0:
-                    self._cond.wait(wait)
+                    self._cond.wait(min(wait, self._interval))
                     continue
-                self._in_flight = True
-                self._cond.release()
-                error: BaseException | None = None
-                try:
-                    self._queue.renew(job)
-                    crashpoints.reach("after_renew_sent")  # test-only; off unless KQ_CRASHPOINT names it
-                except Exception as exc:  # counted and reported after the settlement, never acted on
-                    error = exc
-                finally:
-                    self._cond.acquire()
-                    self._in_flight = False
-                    if error is None:
-                        self._renewals += 1
-                    else:
-                        self._failures += 1
-                        self._last_error = error
-                    self._due = time.monotonic() + self._interval
-                    self._cond.notify_all()
+                self._renew(lease)
+
+    def _renew(self, lease: _Lease) -> None:
+        """One renewal, made outside the lock (called and returning with it held)."""
+        self._in_flight = id(lease.job)
+        self._cond.release()
+        error: BaseException | None = None
+        try:
+            self._queue.renew(lease.job)
+            crashpoints.reach("after_renew_sent")  # test-only; off unless KQ_CRASHPOINT names it
+        except Exception as exc:  # counted and reported after the settlement, never acted on
+            error = exc
+        finally:
+            self._cond.acquire()
+            self._in_flight = None
+            if error is None:
+                lease.renewals += 1
+            else:
+                lease.failures += 1
+                lease.last_error = error
+            lease.due = time.monotonic() + self._interval
+            self._cond.notify_all()

@@ -5,12 +5,15 @@ from __future__ import annotations
 import inspect
 import logging
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from kinetis_queue.exceptions import UnresolvableJobParameterError
 from kinetis_queue.validation import MAX_RETRY_DELAY
+
+if TYPE_CHECKING:
+    from kinetis_queue.limits import ConcurrencyLimit
 
 
 class _SensitiveMarker:
@@ -35,6 +38,19 @@ class Job:
 
     #: Every Job subclass this process has imported, by dotted path (module.QualName).
     _registry: ClassVar[dict[str, type[Job]]] = {}
+
+    # Unique jobs (kinetis_queue.unique, docs/unique-jobs.md); a push may override each of them. A
+    # class may also define ``unique_key(self) -> str``; without one, the key is the class and its arguments.
+    #: Seconds a job of this class holds its key; None: not unique.
+    unique_for: ClassVar[float | None] = None
+    #: How long the key is held: "settled" (until acked or failed for good), "started", or "expired".
+    unique_until: ClassVar[str] = "settled"
+    #: With unique_until "started": a push while the holder waits replaces its arguments and delay.
+    unique_debounce: ClassVar[bool] = False
+    #: "return" the holder's id when the key is held, or "raise" DuplicateJobError.
+    unique_on_duplicate: ClassVar[str] = "return"
+    #: Set by ``@limit_concurrency`` (kinetis_queue.limits): at most N jobs of one key run at once.
+    concurrency_limit: ClassVar[ConcurrencyLimit | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -66,6 +82,14 @@ class JobContext:
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger]
     #: How many times this job was snoozed before this delivery (see Snooze); 0 on a plain delivery.
     snoozes: int = 0
+    #: Answers ``cancelled`` (the worker's hooks); a context built by hand is never cancelled.
+    cancel_check: Callable[[], bool] = field(default=lambda: False, repr=False, compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether ``cancel(job_id)`` was called for this job: a job that runs long should look now and
+        then and stop cooperatively (the worker notices a cancellation within about a second)."""
+        return self.cancel_check()
 
 
 #: The longest delay a Snooze may ask for, in seconds: the worker's retry ceiling (SQS's delay limit too).
@@ -179,7 +203,20 @@ def _build_handle_plan(cls: type[Job]) -> tuple[str, ...] | UnresolvableJobParam
     return tuple(names)
 
 
+def handle_arguments(job: Job, context: JobContext) -> dict[str, JobContext]:
+    """The keyword arguments ``job.handle()`` takes: ``context`` for each parameter annotated JobContext."""
+    return dict.fromkeys(_handle_plan(type(job)), context)
+
+
 def call_handle(job: Job, context: JobContext) -> None:
-    """Invoke ``job.handle()``, passing ``context`` to each parameter annotated JobContext."""
-    names = _handle_plan(type(job))
-    job.handle(**dict.fromkeys(names, context))
+    """Invoke ``job.handle()``, passing ``context`` to each parameter annotated JobContext.
+
+    An ``async def handle`` is run to its end here with ``asyncio.run()`` (the sync backend's inline
+    run); the worker runs it on its process's event loop instead (kinetis_queue.async_loop).
+    """
+    handle: Any = job.handle
+    result = handle(**handle_arguments(job, context))
+    if inspect.iscoroutine(result):
+        import asyncio
+
+        asyncio.run(result)

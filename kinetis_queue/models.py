@@ -102,5 +102,28 @@ class RestartMarker(models.Model):
 
 # The django.tasks result store lives in its own module (it must not import django.tasks itself).
 from kinetis_queue.contrib.tasks.results import TaskResultRecord  # noqa: E402
+from kinetis_queue.control.models import Cancellation, PausedQueue  # noqa: E402
+from kinetis_queue.limits.models import LimitSlot  # noqa: E402
+from kinetis_queue.observability.models import HistoryMinute, WorkerRecord  # noqa: E402
+from kinetis_queue.outbox.models import OutboxRecord  # noqa: E402
+from kinetis_queue.schedules.models import ScheduleTick  # noqa: E402
+from kinetis_queue.unique.models import UniqueLockRecord  # noqa: E402
+from kinetis_queue.workflows.models import Workflow, WorkflowMember  # noqa: E402
 
-__all__ = ["ExactCharField", "FailedJob", "QueuedJobRecord", "RestartMarker", "TaskResultRecord"]
+__all__ = [
+    "Cancellation",
+    "ExactCharField",
+    "FailedJob",
+    "HistoryMinute",
+    "LimitSlot",
+    "OutboxRecord",
+    "PausedQueue",
+    "QueuedJobRecord",
+    "RestartMarker",
+    "ScheduleTick",
+    "TaskResultRecord",
+    "UniqueLockRecord",
+    "WorkerRecord",
+    "Workflow",
+    "WorkflowMember",
+]

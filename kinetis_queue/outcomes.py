@@ -33,11 +33,19 @@ class JobOutcome(StrEnum):
     LOST = "lost"
     #: The job raised Snooze: a replacement was stored, then this delivery acked (kinetis_queue.job.Snooze).
     SNOOZED = "snoozed"
+    #: Acked without running: a debounced push superseded this delivery (kinetis_queue.unique), or the job
+    #: was cancelled (kinetis_queue.control).
+    SKIPPED = "skipped"
+    #: Given back unstarted, no attempt charged: its concurrency key was at its limit (kinetis_queue.limits),
+    #: or its queue was paused after the delivery was reserved (kinetis_queue.control).
+    DEFERRED = "deferred"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JobReport:
-    """One processed delivery, for a per-job output line: never the job's arguments."""
+    """One processed delivery, for a per-job output line and the hooks that want it: never the job's
+    arguments. Read-only by convention: not frozen, as a frozen dataclass costs a delivery a microsecond to
+    build (bench/observability.py)."""
 
     job_class: str
     queue: str

@@ -18,9 +18,12 @@ from kinetis_queue.envelope import Envelope
 from kinetis_queue.exceptions import StaleJobHandleError
 from kinetis_queue.failed import MAX_RECORDED_TEXT, FailedJobRecorder, exception_text, storable
 from kinetis_queue.heartbeat import RenewalReport
+from kinetis_queue.hooks import DeliveryHooks, SkipDelivery
 from kinetis_queue.job import Snooze
+from kinetis_queue.limits import AtLimit
 from kinetis_queue.outcomes import JobOutcome
 from kinetis_queue.redaction import display_json, for_observers, scrub_for
+from kinetis_queue.unique import Until, held_lock, store_of
 from kinetis_queue.validation import MAX_RETRY_DELAY
 from kinetis_queue.worker_log import attempt_of, contained, describe, job_name, logger
 
@@ -52,6 +55,7 @@ class SettlementPolicy(Protocol):
     default_max_attempts: int
     retry_base_delay: float
     recorder: FailedJobRecorder | None
+    hooks: DeliveryHooks
 
 
 class Settler:
@@ -97,6 +101,62 @@ class Settler:
         finally:
             _log_renewal_failures(job, report)
 
+    def before_success(self, job: QueuedJob) -> None:
+        """Before the ack of a success: the hooks' (a workflow advances), then the unique key is freed."""
+        self.policy.hooks.succeeding(job)
+        self.release_key(job)
+
+    def release_key(self, job: QueuedJob) -> None:
+        """Free a unique job's key before its ack or final failure (scope "settled"; kinetis_queue.unique).
+
+        Before, not after: a crash in between leaves a duplicate possible, never a key held by a
+        finished job. An error of the lock store propagates and nothing is settled, as a record() error.
+        """
+        held = held_lock(job)
+        if held is not None and held.until is Until.SETTLED:
+            queue = self.policy.queue
+            store_of(queue, held).settled(queue, job, held)
+
+    def skip(self, job: QueuedJob, skipped: SkipDelivery, report: RenewalReport | None) -> JobOutcome:
+        """Ack a delivery that must not run (cancelled, superseded, done already), without running it."""
+        try:
+            try:
+                self.policy.queue.ack(job)
+            except StaleJobHandleError as stale:
+                return self._lost(job, JobSettlement.ACK, stale, None)
+            contained(
+                logger.info,
+                'Job "%s" skipped (attempt %d): %s',
+                job_name(job),
+                job.attempts,
+                skipped.reason,
+                extra=describe(job),
+            )
+            return JobOutcome.SKIPPED
+        finally:
+            _log_renewal_failures(job, report)
+
+    def defer(self, job: QueuedJob, at_limit: AtLimit, report: RenewalReport | None) -> JobOutcome:
+        """Give back a delivery whose concurrency key is at its limit, for ``at_limit.delay`` seconds:
+        ``unreserve()``, so no attempt is charged (kinetis_queue.limits)."""
+        try:
+            try:
+                self.policy.queue.unreserve(job, at_limit.delay)
+            except StaleJobHandleError as stale:
+                return self._lost(job, JobSettlement.UNRESERVE, stale, None)
+            contained(
+                logger.warning if at_limit.unexpected else logger.debug,
+                'Job "%s" waits (attempt %d): %s; back in %gs',
+                job_name(job),
+                job.attempts,
+                at_limit,
+                at_limit.delay,
+                extra=describe(job),
+            )
+            return JobOutcome.DEFERRED
+        finally:
+            _log_renewal_failures(job, report)
+
     def failure(
         self, job: QueuedJob, error: BaseException, report: RenewalReport | None
     ) -> tuple[JobOutcome, float | None]:
@@ -131,6 +191,8 @@ class Settler:
         recorder = self.policy.recorder
         failed_job_id = recorder.record(job, error, self.policy.connection) if recorder is not None else None
         crashpoints.reach("after_record")
+        self.policy.hooks.failing(job)
+        self.release_key(job)
         return self.settle(job, JobSettlement.FAIL, error, report, failed_job_id=failed_job_id), None
 
     def settle(
@@ -149,26 +211,9 @@ class Settler:
             try:
                 self._apply(job, operation, delay)
             except StaleJobHandleError as stale:
-                contained(
-                    logger.warning,
-                    'Job "%s" (attempt %d): %s() was refused as stale; another delivery owns it',
-                    job_name(job),
-                    job.attempts,
-                    operation.value,
-                    extra=describe(job),
-                )
-                self.send(signals.job_settlement_lost, job, operation=operation, error=stale, exception=error)
-                return JobOutcome.LOST
+                return self._lost(job, operation, stale, error)
             if operation is JobSettlement.ACK:
-                contained(
-                    logger.info,
-                    'Job "%s" succeeded (attempt %d)',
-                    job_name(job),
-                    job.attempts,
-                    extra=log_context or describe(job),
-                )
-                self.send(signals.job_succeeded, job)
-                return JobOutcome.SUCCEEDED
+                return self._succeeded(job, log_context)
             if operation is JobSettlement.RELEASE:
                 self.send(signals.job_released, job, exception=error, delay=delay)
                 return JobOutcome.RELEASED
@@ -182,6 +227,46 @@ class Settler:
             return JobOutcome.FAILED
         finally:
             _log_renewal_failures(job, report)
+
+    def acked(
+        self,
+        job: QueuedJob,
+        stale: StaleJobHandleError | None,
+        report: RenewalReport | None,
+        log_context: dict[str, Any] | None = None,
+    ) -> JobOutcome:
+        """Log and signal what a deferred ack (kinetis_queue.ack_batch) became: None, acked; else refused."""
+        try:
+            if stale is not None:
+                return self._lost(job, JobSettlement.ACK, stale, None)
+            return self._succeeded(job, log_context)
+        finally:
+            _log_renewal_failures(job, report)
+
+    def _succeeded(self, job: QueuedJob, log_context: dict[str, Any] | None) -> JobOutcome:
+        contained(
+            logger.info,
+            'Job "%s" succeeded (attempt %d)',
+            job_name(job),
+            job.attempts,
+            extra=log_context or describe(job),
+        )
+        self.send(signals.job_succeeded, job)
+        return JobOutcome.SUCCEEDED
+
+    def _lost(
+        self, job: QueuedJob, operation: JobSettlement, stale: StaleJobHandleError, error: BaseException | None
+    ) -> JobOutcome:
+        contained(
+            logger.warning,
+            'Job "%s" (attempt %d): %s() was refused as stale; another delivery owns it',
+            job_name(job),
+            job.attempts,
+            operation.value,
+            extra=describe(job),
+        )
+        self.send(signals.job_settlement_lost, job, operation=operation, error=stale, exception=error)
+        return JobOutcome.LOST
 
     def _apply(self, job: QueuedJob, operation: JobSettlement, delay: float) -> None:
         queue = self.policy.queue

@@ -8,6 +8,7 @@ reservation does not prove that a worker is still alive.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -23,6 +24,24 @@ class QueueFigures:
     queue: str
     stats: QueueStats
     failed: int
+    #: Whether the queue is paused on its connection (kinetis_queue.control: queue_pause).
+    paused: bool = False
+
+
+@dataclass(frozen=True)
+class OutboxFigures:
+    """A connection's transactional outbox (kinetis_queue/outbox): pushes committed, not relayed yet."""
+
+    database: str
+    waiting: int
+    #: Seconds since the oldest waiting row was pushed; None when none waits.
+    oldest_age: float | None
+    #: OUTBOX_WARN: the backlog above which queue_status and check W005 warn.
+    warn: int
+
+    @property
+    def over_threshold(self) -> bool:
+        return self.waiting > self.warn
 
 
 @dataclass(frozen=True)
@@ -32,19 +51,24 @@ class ConnectionFigures:
     queues: list[QueueFigures] = field(default_factory=list)
     #: Why this connection's figures could not be read (the backend is down, its library missing...).
     error: str | None = None
+    #: Its outbox's backlog, when it has one (OUTBOX).
+    outbox: OutboxFigures | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "connection": self.connection,
             "backend": self.backend,
             "error": self.error,
-            "queues": [{"queue": q.queue, **asdict(q.stats), "failed": q.failed} for q in self.queues],
+            "queues": [
+                {"queue": q.queue, **asdict(q.stats), "failed": q.failed, "paused": q.paused} for q in self.queues
+            ],
+            "outbox": None if self.outbox is None else asdict(self.outbox),
         }
 
 
 def collect(connection: str | None = None, queues: Sequence[str] | None = None) -> list[ConnectionFigures]:
     """Figures for ``connection`` (default: every configured one) and ``queues`` (default: every queue
-    the backend can list, plus those with failed records, else "default").
+    the backend can list, plus those with failed records and the paused ones, else "default").
 
     A connection whose figures cannot be read is returned with ``error`` set; the others still are.
     Raises QueueConfigurationError for a bad setting or an unknown connection, before any I/O, and
@@ -54,6 +78,7 @@ def collect(connection: str | None = None, queues: Sequence[str] | None = None) 
     names = [conf.connection_settings(connection).name] if connection else list(loaded.connections)
     tables.require_for(None)
     failed = failed_counts(loaded.default_connection)
+    paused = _paused()
     result = []
     for name in names:
         settings = loaded.connections[name]
@@ -62,16 +87,29 @@ def collect(connection: str | None = None, queues: Sequence[str] | None = None) 
         except Exception as exc:
             result.append(ConnectionFigures(name, settings.backend, error=f"{type(exc).__name__}: {exc}"))
             continue
+        outbox = None
         try:
-            wanted = list(queues) if queues else _queue_names(queue, name, failed)
-            figures = [QueueFigures(q, queue.stats(q), failed.get((name, q), 0)) for q in wanted]
-            result.append(ConnectionFigures(name, settings.backend, figures))
+            outbox = _outbox(settings)  # first: a store that is down is when the backlog grows
+            wanted = list(queues) if queues else _queue_names(queue, name, failed, paused)
+            figures = [QueueFigures(q, queue.stats(q), failed.get((name, q), 0), (name, q) in paused) for q in wanted]
+            result.append(ConnectionFigures(name, settings.backend, figures, outbox=outbox))
         except Exception as exc:
-            result.append(ConnectionFigures(name, settings.backend, error=_describe_error(queue, exc)))
+            result.append(ConnectionFigures(name, settings.backend, error=_describe_error(queue, exc), outbox=outbox))
         finally:
             if isinstance(queue, DisposableQueue):
                 queue.dispose()
     return result
+
+
+def _outbox(settings: conf.ConnectionSettings) -> OutboxFigures | None:
+    """The outbox backlog of a connection that has one (rows in its outbox database)."""
+    if settings.outbox is None:
+        return None
+    from kinetis_queue.outbox.relay import backlog
+
+    waiting, oldest = backlog(settings.name, settings.outbox)
+    age = None if oldest is None else max(0.0, time.time() - oldest)
+    return OutboxFigures(settings.outbox.database, waiting, age, settings.outbox.warn)
 
 
 def _describe_error(queue: Queue, exc: Exception) -> str:
@@ -87,8 +125,21 @@ def _describe_error(queue: Queue, exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _queue_names(queue: Queue, connection: str, failed: dict[tuple[str, str], int]) -> list[str]:
+def _paused() -> set[tuple[str, str]]:
+    """Every paused (connection, queue): one small query (kinetis_queue.control)."""
+    from django.db import router
+
+    from kinetis_queue.control.models import PausedQueue
+
+    rows = PausedQueue.objects.using(router.db_for_write(PausedQueue)).values_list("connection", "queue")
+    return set(rows)
+
+
+def _queue_names(
+    queue: Queue, connection: str, failed: dict[tuple[str, str], int], paused: set[tuple[str, str]]
+) -> list[str]:
     names = set(queue.queue_names() or ())
     names.update(q for (c, q) in failed if c == connection)
+    names.update(q for (c, q) in paused if c == connection)  # a paused queue is listed, jobs or not
     # A name outside the grammar (a hand-edited row) names no queue a worker could watch.
     return sorted(n for n in names if QUEUE_NAME.fullmatch(n)) or ["default"]

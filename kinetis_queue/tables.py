@@ -6,6 +6,8 @@ refused statement becomes (``explain()``), live with the SQL backend (backends/s
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import apps
 from django.db import DatabaseError, connections, router
 
@@ -22,15 +24,27 @@ def app_tables(alias: str) -> list[str]:
     ]
 
 
+def store_databases(model: type[Any]) -> list[str]:
+    """The databases that may hold ``model``'s rows for some connection: the one the router names, and
+    each SQL connection's own (unique-job locks and concurrency slots live beside its jobs)."""
+    from kinetis_queue import conf
+
+    aliases = [router.db_for_write(model)]
+    for settings in conf.load().connections.values():
+        if settings.backend == "sql" and settings.options["DATABASE"] not in aliases:
+            aliases.append(settings.options["DATABASE"])
+    return aliases
+
+
 def require_for(queue: object | None) -> None:
     """Before ``queue_work`` or ``queue_status`` starts: the tables they use (failed jobs, restart
-    markers; the jobs table of ``queue`` when it is an SQL queue) must exist.
+    markers, cancellations and paused queues; the jobs table of ``queue`` when it is an SQL queue) must exist.
 
     Raises QueueTablesMissingError. A database that cannot be reached is left for the command's own
     work to report, as before this check existed.
     """
     from kinetis_queue.backends.sql import SqlQueue
-    from kinetis_queue.models import FailedJob, RestartMarker
+    from kinetis_queue.models import Cancellation, FailedJob, PausedQueue, RestartMarker
 
     if isinstance(queue, SqlQueue):
         try:
@@ -39,8 +53,14 @@ def require_for(queue: object | None) -> None:
             absent = []
         if absent:
             raise QueueTablesMissingError(queue.database, absent)
+    require_models(FailedJob, RestartMarker, Cancellation, PausedQueue)
+
+
+def require_models(*models: type[Any]) -> None:
+    """The tables of ``models`` exist in the databases the router names for them (QueueTablesMissingError
+    otherwise); a database that cannot be reached is left for the caller's own work to report."""
     needed: dict[str, list[str]] = {}
-    for model in (FailedJob, RestartMarker):
+    for model in models:
         needed.setdefault(router.db_for_write(model), []).append(model._meta.db_table)
     for alias, tables in needed.items():
         db = connections[alias]

@@ -99,6 +99,19 @@ def validate_timeout(timeout: object) -> float:
     return seconds
 
 
+#: A job id: JOB_ID_LENGTH lowercase hex digits (re-exported as kinetis_queue.envelope.JOB_ID).
+JOB_ID = re.compile(rf"[0-9a-f]{{{JOB_ID_LENGTH}}}")
+
+
+def validate_job_id(job_id: object) -> str:
+    """Return ``job_id`` if it is a job id as push() returns it: 32 lowercase hex digits."""
+    if type(job_id) is not str or JOB_ID.fullmatch(job_id) is None:
+        raise InvalidQueueArgumentError(
+            f"job id {_shown(job_id)} is invalid: a job id is {JOB_ID_LENGTH} lowercase hex digits, as push() returns"
+        )
+    return job_id
+
+
 def validate_connection_name(name: object, key: str = "connection") -> str:
     """Return ``name`` if it follows ^[a-z][a-z0-9]*$."""
     if type(name) is not str or CONNECTION_NAME.fullmatch(name) is None:

@@ -9,6 +9,8 @@ from typing import Any
 from kinetis_queue.contracts import QueuedJob
 from kinetis_queue.job import display_name
 
+#: The metadata key of the correlation id (kinetis_queue/observability/correlation.py), shown on log records.
+CORRELATION_KEY = "kinetis_queue.correlation"
 #: Every worker line, whichever module writes it, goes to this logger (docs/running-workers.md).
 logger = logging.getLogger("kinetis_queue.worker")
 
@@ -34,6 +36,7 @@ def describe(job: QueuedJob) -> dict[str, Any]:
         "queue": job.queue,
         "job_id": job.id,
         "attempt": job.attempts,
+        "correlation_id": job.metadata.get(CORRELATION_KEY) if job.metadata else None,
     }
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -65,12 +66,18 @@ def _probe(name: str) -> None:
         pytest.fail(f"{name} is not reachable at {host}:{port} ({exc}); start it with: {how}", pytrace=False)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    storms = os.environ.get("KQ_STORMS") == "1" or "storm" in (config.getoption("markexpr", "") or "").replace(
+        "not storm", ""
+    )
+    skip_storm = pytest.mark.skip(reason="a long multi-process storm: run with `make storms` (-m storm or KQ_STORMS=1)")
     for item in items:
         callspec = getattr(item, "callspec", None)
         row = callspec.params.get("connection") if callspec is not None else None
         if not isinstance(row, Backend) or row.id in CORE_BACKENDS:
             item.add_marker(pytest.mark.core)
+        if item.get_closest_marker("storm") is not None and not storms:
+            item.add_marker(skip_storm)
 
 
 @pytest.fixture(scope="session")

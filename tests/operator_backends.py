@@ -1,7 +1,8 @@
-"""A backend whose ack() fails: the worker's infrastructure-failure path (exit reason "error")."""
+"""A backend whose acks fail: the worker's infrastructure-failure path (exit reason "error")."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Self
 
 from kinetis_queue.backends.sql import SqlQueue
@@ -10,7 +11,7 @@ from kinetis_queue.contracts import QueuedJob
 
 
 class BrokenAck(SqlQueue):
-    """The SQL backend, except that every ack() raises as a lost database would."""
+    """The SQL backend, except that every ack (single or batched) raises as a lost database would."""
 
     @classmethod
     def from_settings(cls, settings: ConnectionSettings) -> Self:
@@ -21,4 +22,7 @@ class BrokenAck(SqlQueue):
         )
 
     def ack(self, job: QueuedJob, *args: Any) -> None:
+        raise ConnectionError("the job store went away")
+
+    def _ack_many(self, jobs: Sequence[QueuedJob]) -> Any:
         raise ConnectionError("the job store went away")

@@ -35,3 +35,13 @@ def refund_card(sender: Any, **kwargs: Any) -> None:
 @queued_receiver([order_cancelled], connection="sqlite", queue=COMMIT_QUEUE, on_commit=True)
 def release_stock(sender: Any, **kwargs: Any) -> None:
     CALLS.append(("release_stock", sender, kwargs))
+
+
+#: A receiver on a connection with an outbox (tests/integrations/test_outbox.py): pushed in the transaction.
+OUTBOX_QUEUE = "queued-receivers-outbox"
+order_shipped = Signal()
+
+
+@queued_receiver(order_shipped, connection="redisoutbox", queue=OUTBOX_QUEUE)
+def notify_carrier(sender: Any, **kwargs: Any) -> None:
+    CALLS.append(("notify_carrier", sender, kwargs))

@@ -96,6 +96,10 @@ DATABASES = {
     },
 }
 
+_REDIS = {"BACKEND": "redis", "URL": REDIS_URL, "PREFIX": REDIS_PREFIX, "VISIBILITY_TIMEOUT": 1}
+_SQS = {"BACKEND": "sqs", "REGION": "us-east-1", "ENDPOINT_URL": SQS_ENDPOINT, "VISIBILITY_TIMEOUT": 1}
+_RABBITMQ = {"BACKEND": "rabbitmq", "URL": RABBITMQ_URL, "SLOT_LEASE": 2}
+
 KINETIS_QUEUE = {
     "DEFAULT_CONNECTION": "sqlite",
     "CONNECTIONS": {
@@ -104,13 +108,26 @@ KINETIS_QUEUE = {
         "postgres": {"BACKEND": "sql", "DATABASE": "postgres", "VISIBILITY_TIMEOUT": 1},
         "mariadb": {"BACKEND": "sql", "DATABASE": "mariadb", "VISIBILITY_TIMEOUT": 1},
         # A per-run key prefix (worker subprocesses inherit the run id), and per-test queue names.
-        "redis": {"BACKEND": "redis", "URL": REDIS_URL, "PREFIX": REDIS_PREFIX, "VISIBILITY_TIMEOUT": 1},
+        "redis": _REDIS,
         # Queues are created per test (queue names are unique), so no prefix is needed.
-        "sqs": {"BACKEND": "sqs", "REGION": "us-east-1", "ENDPOINT_URL": SQS_ENDPOINT, "VISIBILITY_TIMEOUT": 1},
+        "sqs": _SQS,
         # The machine's shared broker: queue names are unique per test, and each test deletes what it declared.
-        "rabbitmq": {"BACKEND": "rabbitmq", "URL": RABBITMQ_URL},
+        "rabbitmq": _RABBITMQ,
+        # The transactional outbox (kinetis_queue/outbox): each store with its outbox in PostgreSQL, and in MariaDB.
+        "redisoutbox": {**_REDIS, "OUTBOX": "postgres"},
+        "sqsoutbox": {**_SQS, "OUTBOX": "postgres"},
+        "rabbitoutbox": {**_RABBITMQ, "OUTBOX": "postgres"},
+        "redismaria": {**_REDIS, "OUTBOX": "mariadb"},
+        "sqsmaria": {**_SQS, "OUTBOX": "mariadb"},
+        "rabbitmaria": {**_RABBITMQ, "OUTBOX": "mariadb"},
+        "redislite": {**_REDIS, "OUTBOX": "default"},
     },
     "POLL_TIMEOUT": 1,
+    # Off for the suite (every push and worker would write minute rows beside the tests' own writes);
+    # tests/integrations/test_history.py switches it on.
+    "HISTORY": False,
+    # A worker subprocess with Prometheus metrics (tests/integrations/test_observability.py).
+    "METRICS": os.environ.get("KINETIS_TESTS_METRICS") == "1",
     # Test modules a worker subprocess must know besides tests/jobs.py (discovered): a worker imports
     # nothing a payload names (kinetis_queue/registry.py). task_defs needs django.tasks (or the backport).
     "IMPORTS": [

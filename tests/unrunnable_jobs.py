@@ -21,3 +21,39 @@ class Base(Job):
 class Child(Base):
     def handle(self, context: JobContext) -> None:
         pass
+
+
+class UniqueForever(Job):
+    """E007: unique_for beyond 30 days."""
+
+    unique_for = 90 * 86_400
+
+    def handle(self) -> None:
+        pass
+
+
+class DebounceWhileRunning(Job):
+    """E007: debounce without unique_until "started"."""
+
+    unique_for = 60
+    unique_debounce = True
+
+    def handle(self) -> None:
+        pass
+
+
+class ScopeWithoutLifetime(Job):
+    """E007: a scope without unique_for."""
+
+    unique_until = "started"
+
+    def handle(self) -> None:
+        pass
+
+
+class UniqueAndFine(Job):
+    unique_for = 60
+    unique_until = "expired"
+
+    def handle(self) -> None:
+        pass

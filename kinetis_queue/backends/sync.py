@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from kinetis_queue.contracts import ClearableQueue, JobSettlement, QueuedJob, QueueStats
+from kinetis_queue.contracts import ClearableQueue, JobSettlement, QueuedJob, QueueStats, Withdrawal
 from kinetis_queue.envelope import Envelope
 from kinetis_queue.exceptions import StaleJobHandleError
 from kinetis_queue.job import JobContext, call_handle
@@ -30,6 +30,7 @@ class SyncQueue(ClearableQueue):
 
     backend_name = "sync"
     settings_schema = OPTIONS
+    runs_inline = True
 
     def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
         job = deserialize_job(envelope.job_class, envelope.args)
@@ -56,6 +57,10 @@ class SyncQueue(ClearableQueue):
 
     def _size(self, queue: str) -> int:
         return 0
+
+    def _withdraw(self, job_id: str) -> Withdrawal:
+        """Nothing is ever stored: every job ran inside its push(), so none can be withdrawn."""
+        return Withdrawal.ABSENT
 
     def _clear(self, queue: str) -> int:
         return 0

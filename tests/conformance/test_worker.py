@@ -17,9 +17,16 @@ from kinetis_queue.models import FailedJob
 from kinetis_queue.worker import Worker, retry_delay
 from tests import jobs
 from tests.support.backends import Backend
+from tests.support.concurrent_worker import use_concurrency
 from tests.support.helpers import steal_reservation
 
 pytestmark = pytest.mark.trait("stores_jobs")
+
+
+@pytest.fixture(autouse=True, params=[1, 8], ids=["c1", "c8"])
+def concurrency(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Every test at concurrency 1 and 8 (tests/support/concurrent_worker.py)."""
+    return use_concurrency(request, monkeypatch)
 
 
 def names(outcomes: list[tuple[str, dict[str, Any]]]) -> list[str]:

@@ -22,9 +22,16 @@ from kinetis_queue.worker import ExitReason, Worker
 from tests import hostile_jobs
 from tests.conformance.test_worker import _rewrite_stored_job
 from tests.support.backends import Backend
+from tests.support.concurrent_worker import use_concurrency
 from tests.support.helpers import steal_reservation
 
 pytestmark = pytest.mark.trait("stores_jobs")
+
+
+@pytest.fixture(autouse=True, params=[1, 8], ids=["c1", "c8"])
+def concurrency(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Every test at concurrency 1 and 8 (tests/support/concurrent_worker.py)."""
+    return use_concurrency(request, monkeypatch)
 
 
 @pytest.fixture(autouse=True)

@@ -121,7 +121,8 @@ def test_clearable_returns_a_clearable_queue_or_names_the_backend() -> None:
             {"SHADE": 1},
             "KINETIS_QUEUE['CONNECTIONS']['own']['SHADE'] is not a setting of the "
             "tests.support.custom_backends.WithOptions backend (known: BACKEND, COLOUR, LIMIT, "
-            "MAX_ATTEMPTS, POLL_TIMEOUT, RETRY_BASE_DELAY, TIMEOUT, VISIBILITY_TIMEOUT)",
+            "MAX_ATTEMPTS, OUTBOX, OUTBOX_ALWAYS, OUTBOX_POLL, OUTBOX_WARN, POLL_TIMEOUT, RETRY_BASE_DELAY, TIMEOUT, "
+            "VISIBILITY_TIMEOUT)",
         ),
         (
             {"VISIBILITY_TIMEOUT": 601},

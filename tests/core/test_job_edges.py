@@ -101,3 +101,16 @@ def test_a_display_name_that_raises_falls_back_to_the_stored_class(queue_name: s
 def test_prune_in_code_refuses_hours_that_are_not_positive(hours: Any) -> None:
     with pytest.raises(InvalidQueueArgumentError, match="hours must be a positive number"):
         prune(hours)
+
+
+def test_call_handle_runs_an_async_handle_to_its_end() -> None:
+    """The sync backend's inline run: an ``async def handle`` is awaited, not left as a coroutine."""
+    import logging
+
+    from kinetis_queue.job import JobContext, call_handle
+    from tests import concurrency_jobs
+
+    concurrency_jobs.reset()
+    context = JobContext("id", "default", 1, None, None, logging.getLogger("test"))
+    call_handle(concurrency_jobs.AsyncSleeps(0, "inline"), context)
+    assert concurrency_jobs.STARTED == ["inline"]

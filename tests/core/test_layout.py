@@ -33,10 +33,15 @@ CONTRACT = {
     "kinetis_queue.redaction": "what Sensitive hides, wherever a job is shown",
     "kinetis_queue.signals": "the outcome signals the contract's observers receive",
     "kinetis_queue.crashpoints": "the named points where a fault test crashes a backend or the worker",
+    "kinetis_queue.unique": "unique jobs: the lock a push carries and the store interface backends implement",
+    "kinetis_queue.limits": "concurrency limits: the decorator, the slot key and the store interface",
+    "kinetis_queue.outbox": "the transactional outbox: what Queue.send() asks of a connection's outbox",
+    "kinetis_queue.hooks": "what the Django glue plugs into a worker around each delivery (pausing, cancelling)",
 }
 
-#: Type-only imports a contract module may make (the records its display functions take).
-CONTRACT_TYPE_ONLY = {"kinetis_queue.models"}
+#: Type-only imports a contract module may make (the records its display functions take; the JobReport a
+#: worker hook receives).
+CONTRACT_TYPE_ONLY = {"kinetis_queue.models", "kinetis_queue.outcomes"}
 
 #: The worker: one delivery's lifecycle and what it writes. It knows the contract and the models
 #: it records into, never the Django glue above it, contrib, or a particular backend.
@@ -52,6 +57,12 @@ WORKER = {
     "kinetis_queue.failed": "the failed-job record written before fail()",
     "kinetis_queue.restart": "the restart marker a worker watches",
     "kinetis_queue.supervisor": "queue_work --processes N",
+    "kinetis_queue.delivery": "one delivery from its attempt to its report",
+    "kinetis_queue.dispatcher": "run()'s reserving loop and its --concurrency slots",
+    "kinetis_queue.ack_batch": "successful acks sent with ack_many()",
+    "kinetis_queue.timeout_watchdog": "the hard limit on one attempt in a pool thread",
+    "kinetis_queue.async_loop": "the event loop async jobs run on",
+    "kinetis_queue.limits.keeper": "a delivery's concurrency slot: taken, renewed, given back",
 }
 
 #: What sits above the worker (Django glue, contrib) or beside the contract (backends).
@@ -61,9 +72,15 @@ ABOVE_THE_WORKER = (
     "kinetis_queue.backends",
     "kinetis_queue.checks",
     "kinetis_queue.contrib",
+    "kinetis_queue.control",
+    "kinetis_queue.dashboard",
     "kinetis_queue.management",
+    "kinetis_queue.observability.views",
+    "kinetis_queue.schedules.admin",
     "kinetis_queue.status",
     "kinetis_queue.tasks",
+    "kinetis_queue.templatetags",
+    "kinetis_queue.workflows.admin",
 )
 
 #: Core modules that may import kinetis_queue.contrib, each for a place Django looks for it.

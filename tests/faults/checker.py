@@ -166,6 +166,43 @@ def _overlaps(starts: list[Mapping[str, Any]], dones: list[Mapping[str, Any]]) -
     return count
 
 
+def max_concurrent(events: Iterable[Mapping[str, Any]], field: str) -> dict[str, int]:
+    """The most executions that ran at one instant, per value of the start events' ``field`` (a limit's group).
+
+    An execution runs from its ``exec.start`` to the next ``exec.done`` or ``exec.raise`` of the same tag,
+    pid and attempt (one process may run a job twice under one attempt: a RabbitMQ redelivery keeps the
+    count); one that never ended ran until its process was SIGKILLed (``fault.sigkill`` naming the pid),
+    and, if no kill explains it, until the end of the history (counted against the limit: never hidden).
+    """
+    ordered = sorted(events, key=lambda e: e["mono"])
+    kills: dict[int, list[float]] = defaultdict(list)
+    for e in ordered:
+        if e["e"] == "fault.sigkill":
+            kills[int(e["target"])].append(e["mono"])
+    last = ordered[-1]["mono"] if ordered else 0.0
+    open_runs: dict[tuple[Any, ...], list[Mapping[str, Any]]] = defaultdict(list)
+    edges: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for e in ordered:
+        run = (e.get("tag"), e.get("pid"), e.get("attempt"))
+        if e["e"] == "exec.start" and field in e:
+            open_runs[run].append(e)
+        elif e["e"] in ("exec.done", "exec.raise") and open_runs.get(run):
+            start = open_runs[run].pop(0)
+            edges[str(start[field])] += [(start["mono"], 1), (e["mono"], -1)]
+    for starts in open_runs.values():
+        for start in starts:
+            end = min((t for t in kills.get(start["pid"], []) if t >= start["mono"]), default=last)
+            edges[str(start[field])] += [(start["mono"], 1), (end, -1)]
+    result: dict[str, int] = {}
+    for group, points in edges.items():
+        running = peak = 0
+        for _, step in sorted(points):  # at one instant an end (-1) sorts before a start (+1)
+            running += step
+            peak = max(peak, running)
+        result[group] = peak
+    return result
+
+
 def write(report: Mapping[str, Any], directory: Path | None = None) -> Path:
     """Print the report (with its seed) and write it as ``<scenario>-<backend>.json``."""
     directory = directory or REPORTS

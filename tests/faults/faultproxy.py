@@ -7,6 +7,8 @@ ephemeral loopback port and forwards each connection to the real server, through
 ``Pass()``          forward unchanged
 ``Latency(ms, j)``  delay each chunk by ms +/- j milliseconds (order kept)
 ``Blackhole()``     accept, swallow, never answer (existing connections go silent too)
+``Mute()``          forward what the client sends, swallow what the server answers: requests are
+                    applied and their replies never come
 ``Reset()``         ``SO_LINGER 0`` then close: an RST, on every open and every new connection
 ``Refuse()``        stop listening: new connections are refused (existing ones keep going)
 ``LimitBytes(n)``   close a connection once n bytes went through it (both directions)
@@ -54,6 +56,11 @@ class Blackhole:
 
 
 @dataclass(frozen=True)
+class Mute:
+    pass
+
+
+@dataclass(frozen=True)
 class Reset:
     pass
 
@@ -85,7 +92,7 @@ class CutAfter:
         return self._pattern.search(body) is not None
 
 
-Mode = Pass | Latency | Blackhole | Reset | Refuse | LimitBytes | CutAfter
+Mode = Pass | Latency | Blackhole | Mute | Reset | Refuse | LimitBytes | CutAfter
 
 #: PostgreSQL's ReadyForQuery message: the server is done with everything sent before it.
 READY_FOR_QUERY = re.compile(rb"Z\x00\x00\x00\x05[ITE]")
@@ -335,7 +342,7 @@ class FaultProxy:
                 if self.framing == "raw" or READY_FOR_QUERY.search(conn.after_cut):
                     break  # the server answered: it applied the request; the client never hears of it
                 continue
-            if isinstance(self.mode, Blackhole):
+            if isinstance(self.mode, (Blackhole, Mute)):
                 continue
             await self._delay()
             self.bytes_down += len(data)

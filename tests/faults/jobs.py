@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kinetis_queue import Job, JobContext, crashpoints
+from kinetis_queue import Job, JobContext, crashpoints, limit_concurrency
 from tests.faults import history
 
 
@@ -145,4 +145,27 @@ class FailsFirstRun(Job):
             marker.touch()
             history.record("exec.raise", self.tag, attempt=context.attempts, job_id=context.id)
             raise RuntimeError("deliberate first-run failure")
+        _done(self.tag, context)
+
+
+@dataclass
+class UniqueTagged(Tagged):
+    """Tagged, unique by its tag (class and arguments) until settled, for two minutes (kinetis_queue.unique)."""
+
+    unique_for = 120
+
+
+@limit_concurrency(key=lambda job: job.group, max=2)
+@dataclass
+class LimitedTagged(Job):
+    """Tagged, at most two running at once per ``group`` (kinetis_queue.limits); its start says its group."""
+
+    tag: str
+    group: str
+    ms: int = 0
+
+    def handle(self, context: JobContext) -> None:
+        history.record("exec.start", self.tag, attempt=context.attempts, job_id=context.id, group=self.group)
+        if self.ms:
+            time.sleep(self.ms / 1000)
         _done(self.tag, context)

@@ -78,3 +78,37 @@ def test_every_line_written_is_read_back_in_monotonic_order(tmp_path: Any) -> No
     assert [e["tag"] for e in events].count("y") == 1  # the cut line is skipped
     first.close()
     second.close()
+
+
+def test_max_concurrent_counts_overlaps_per_group_and_ends_a_killed_run_at_its_kill() -> None:
+    from tests.faults.checker import max_concurrent
+
+    def start(tag: str, pid: int, t: float, group: str) -> dict[str, object]:
+        return {"e": "exec.start", "tag": tag, "pid": pid, "attempt": 1, "mono": t, "group": group}
+
+    def done(tag: str, pid: int, t: float) -> dict[str, object]:
+        return {"e": "exec.done", "tag": tag, "pid": pid, "attempt": 1, "mono": t}
+
+    events = [
+        start("a", 1, 0.0, "g1"),
+        start("b", 2, 0.5, "g1"),
+        done("a", 1, 1.0),
+        start("c", 3, 1.0, "g1"),  # starts as a ends: not at once
+        {"e": "fault.sigkill", "tag": None, "pid": 9, "target": 2, "mono": 1.5},  # b never ended: killed
+        start("d", 4, 1.6, "g1"),
+        done("c", 3, 2.0),
+        done("d", 4, 2.0),
+        start("e", 5, 0.1, "g2"),
+    ]
+    assert max_concurrent(events, "group") == {"g1": 2, "g2": 1}
+    # One process running a job twice under one attempt: two short runs, not one long one.
+    twice = [
+        start("t", 1, 0.0, "g"),
+        done("t", 1, 0.1),
+        start("u", 2, 0.5, "g"),
+        start("t", 1, 0.9, "g"),
+        done("t", 1, 1.0),
+    ]
+    assert max_concurrent([*twice, done("u", 2, 0.6)], "group") == {"g": 1}
+    # A run no kill explains is counted as running to the end of the history.
+    assert max_concurrent([start("x", 1, 0.0, "g"), start("y", 2, 5.0, "g"), done("y", 2, 6.0)], "group") == {"g": 2}

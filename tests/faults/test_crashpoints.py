@@ -68,8 +68,10 @@ def _job(cell: Cell, tag: str, visibility_timeout: int) -> Job:
     return Tagged(tag)
 
 
+@pytest.mark.parametrize("concurrency", [1, 8], ids=["c1", "c8"])
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.point)
 def test_a_crash_at_any_point_loses_nothing(
+    concurrency: int,
     backend: Backend,
     connection: Queue,
     maybe_store: object,
@@ -87,19 +89,27 @@ def test_a_crash_at_any_point_loses_nothing(
     tag = new_tag(run_id, 0)
     assert push(connection, _job(cell, tag, vt), queue_name, max_attempts=cell.max_attempts) is not None
 
-    crashing = procs.spawn(backend, [queue_name], history_dir, "--once", "--sleep=10", crashpoint=cell.point)
+    crashing = procs.spawn(
+        backend,
+        [queue_name],
+        history_dir,
+        "--once",
+        "--sleep=10",
+        f"--concurrency={concurrency}",  # at 8 the job runs in a pool thread, its ack through the batch
+        crashpoint=cell.point,
+    )
     assert crashing.wait(timeout=60) == crashpoints.EXIT_CODE, "the worker did not reach the crash point"
     drain_s = procs.drain(connection, [queue_name], maybe_store)
 
     report = finish(
-        f"A2-crash-{cell.point}",
+        f"A2-crash-{cell.point}" + ("" if concurrency == 1 else f"-c{concurrency}"),
         backend.id,
         seed,
         history_dir,
         queue_name,
         store=maybe_store,
         drain_s=drain_s,
-        extra={"crash_point": cell.point},
+        extra={"crash_point": cell.point, "concurrency": concurrency},
     )
     assert report["lost"] == 0
     assert report["executions"] == cell.executions

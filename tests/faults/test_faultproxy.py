@@ -10,7 +10,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.faults.faultproxy import Blackhole, CutAfter, FaultProxy, Latency, LimitBytes, PgFramer, Refuse, Reset
+from tests.faults.faultproxy import (
+    Blackhole,
+    CutAfter,
+    FaultProxy,
+    Latency,
+    LimitBytes,
+    Mute,
+    PgFramer,
+    Refuse,
+    Reset,
+)
+from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(60)]
 
@@ -71,6 +82,18 @@ def test_blackhole_swallows_and_never_answers(proxy: FaultProxy) -> None:
         sock.settimeout(0.5)
         with pytest.raises(TimeoutError):
             sock.recv(10)
+
+
+def test_mute_forwards_requests_and_swallows_the_replies(proxy: FaultProxy) -> None:
+    with _client(proxy) as sock:
+        assert _roundtrip(sock, b"ping") == b"ping"
+        proxy.set(Mute())
+        sock.sendall(b"heard")
+        wait_until(lambda: proxy.bytes_up == 9)  # the server got it (and echoed it back)
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            sock.recv(10)
+    assert proxy.bytes_down == 4
 
 
 def test_reset_sends_an_rst_to_open_and_new_connections(proxy: FaultProxy) -> None:

@@ -1,20 +1,26 @@
 """A1, kill storm: real queue_work processes SIGKILLed while they work (RELIABILITY.md §3 A1).
 
 Contract: "At-least-once delivery" and "Reservation and recovery": a worker that dies mid-job
-leaves its job to the backend's recovery, so nothing accepted is lost; each kill can cost at most
-one extra execution, since a worker holds at most one delivery.
+leaves its jobs to the backend's recovery, so nothing accepted is lost. Each kill can cost one extra
+execution per delivery the worker held that had started: the jobs running (up to ``--concurrency``)
+and those finished whose ack was still in the ack batch (kinetis_queue.ack_batch, at most a few ms).
+Deliveries reserved ahead and not started are charged an attempt, never run twice. The scenario runs
+at concurrency 1 and 8 (issue 14).
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kinetis_queue.ack_batch import MAX_ACK_BATCH
 from kinetis_queue.contracts import Queue
+from kinetis_queue.job import Job
 from tests.faults import history, procs
 from tests.faults.conftest import soak_seconds
 from tests.faults.harness import finish, push
@@ -26,10 +32,12 @@ pytestmark = pytest.mark.trait("stores_jobs")
 
 
 def _outstanding(store: Any, queue_name: str, history_dir: Path, pushed: int) -> bool:
-    """Work left: from the store when there is an adapter, else from the history (jobs not yet done)."""
+    """Work left: a job not yet done by the history, or (when there is an adapter) a message the store still holds."""
+    undone = len({e["tag"] for e in history.read(history_dir) if e["e"] == "exec.done"}) < pushed
     if store is not None:
-        return bool(store.remaining(queue_name))
-    return len({e["tag"] for e in history.read(history_dir) if e["e"] == "exec.done"}) < pushed
+        # A store's count can lag (SQS's approximate counts read 0 with messages in flight): both must agree.
+        return undone or bool(store.remaining(queue_name))
+    return undone
 
 
 def storm(
@@ -48,16 +56,19 @@ def storm(
     rounds: int = 1,
     duration: float = 0,
     visibility_timeout: int | None = None,
+    concurrency: int = 1,
+    job: Callable[[str, int], Job] = Tagged,
 ) -> dict[str, object]:
     rng = random.Random(seed)
     knobs = {} if visibility_timeout is None else {"visibility_timeout": visibility_timeout}
     started = time.monotonic()
     seq = 0
-    with procs.Pool(backend, [queue_name], history_dir, workers, "--sleep=0.5", **knobs) as pool:
+    args = ("--sleep=0.5", f"--concurrency={concurrency}")
+    with procs.Pool(backend, [queue_name], history_dir, workers, *args, **knobs) as pool:
         done_rounds = 0
         while done_rounds < rounds or time.monotonic() - started < duration:
             for _ in range(jobs):
-                push(connection, Tagged(new_tag(run_id, seq), ms=rng.randint(10, 50)), queue_name)
+                push(connection, job(new_tag(run_id, seq), rng.randint(10, 50)), queue_name)
                 seq += 1
             deadline = time.monotonic() + 300
             while _outstanding(store, queue_name, history_dir, seq) and time.monotonic() < deadline:
@@ -75,12 +86,20 @@ def storm(
         queue_name,
         store=store,
         drain_s=drain_s,
-        extra={"kills": pool.kills, "unexpected_exits": unexpected_exits, "rounds": done_rounds},
+        extra={
+            "kills": pool.kills,
+            "unexpected_exits": unexpected_exits,
+            "rounds": done_rounds,
+            "concurrency": concurrency,
+        },
     )
     assert report["attempted"] == report["acknowledged"] == seq
     assert report["lost"] == 0, report["lost_tags"]
     assert report["unexpected"] == 0
-    assert report["duplicated"] <= pool.kills
+    # One running delivery plus one finished in its ack's flush window at concurrency 1; at N, N of
+    # them running and at most an ack batch finished.
+    per_kill = 2 if concurrency == 1 else concurrency + MAX_ACK_BATCH
+    assert report["duplicated"] <= pool.kills * per_kill
     assert report["executed_unique"] == seq
     assert report["store_remaining"] in (0, None)
     assert report["worker_stops"] == 0 and unexpected_exits == []
@@ -91,7 +110,9 @@ def storm(
 
 @pytest.mark.fault
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("concurrency", [1, 8], ids=["c1", "c8"])
 def test_kill_storm_loses_nothing(
+    concurrency: int,
     backend: Backend,
     connection: Queue,
     maybe_store: Any,
@@ -100,9 +121,10 @@ def test_kill_storm_loses_nothing(
     seed: int,
     run_id: str,
 ) -> None:
-    """CI: 200 jobs of 10-50 ms, 2 workers, one SIGKILL a second: lost 0, duplicates <= kills, store empty."""
+    """CI: 200 jobs of 10-50 ms, 2 workers at concurrency 1, one SIGKILL a second (at concurrency 8: 800 jobs,
+    a SIGKILL every half second): lost 0, duplicates within what the killed workers held, store empty."""
     report = storm(
-        "A1-kill-storm",
+        "A1-kill-storm" if concurrency == 1 else f"A1-kill-storm-c{concurrency}",
         backend,
         connection,
         maybe_store,
@@ -110,9 +132,12 @@ def test_kill_storm_loses_nothing(
         history_dir,
         seed,
         run_id,
-        jobs=200,
-        kill_every=1.0,
+        # At 8 at once two workers run 200 such jobs in about 0.4 s, which a kill a second could miss
+        # altogether (the CI failure of sqs-c8: no kill): 800 jobs, a kill every half second.
+        jobs=200 if concurrency == 1 else 800,
+        kill_every=1.0 if concurrency == 1 else 0.5,
         workers=2,
+        concurrency=concurrency,
     )
     assert report["kills"] >= 1
 

@@ -117,7 +117,10 @@ def test_malformed_messages_are_removed_once_and_never_run(
             "exits": pool.exits,
         },
     )
-    assert report["malformed_settled"] == len(malformed)
+    if backend.atomic_reserve:
+        assert report["malformed_settled"] == len(malformed)
+    else:  # SQS's visibility is best-effort: two workers' batch receives may both take (and remove) one message
+        assert report["malformed_settled"] >= len(malformed)
     assert report["executed_unique"] == VALID_JOBS + len(inconsistent)
     if backend.atomic_reserve:  # SQS's visibility is best-effort (contract): a loaded machine may see a duplicate
         assert report["duplicated"] == 0

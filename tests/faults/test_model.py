@@ -143,6 +143,8 @@ def machine(queue: Queue, store: Any, counts: dict[str, int]) -> type[RuleBasedS
                     queue.ack(job)
                 elif operation is JobSettlement.FAIL:
                     queue.fail(job)
+                elif operation is JobSettlement.UNRESERVE:
+                    queue.unreserve(job)
                 else:
                     queue.release(job)
             assert raised.value.operation is operation

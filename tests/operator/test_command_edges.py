@@ -74,6 +74,13 @@ def test_processes_repeats_the_command_line_with_one_process_each(head: list[str
     assert child_command(argv) == [*prefix, "queue_work", "--settings=x.settings", "--processes", "3", "--processes=1"]
 
 
+def test_processes_and_concurrency_combine() -> None:
+    """--processes N --concurrency M: each of the N children runs M slots."""
+    argv = ["manage.py", "queue_work", "--processes=4", "--concurrency=8", "--prefetch=0"]
+    command = child_command(argv)
+    assert command[-4:] == ["--processes=4", "--concurrency=8", "--prefetch=0", "--processes=1"]
+
+
 def test_queue_work_on_the_sync_connection_stops_when_empty_without_disposing() -> None:
     """The sync backend is not a DisposableQueue: the worker ends cleanly and says what it left (nothing)."""
     lines = run("queue_work", "--connection=sync", "--stop-when-empty").splitlines()

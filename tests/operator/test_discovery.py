@@ -88,6 +88,22 @@ def test_a_job_class_of_a_discovery_module_that_cannot_run_is_e005() -> None:
     assert "handle() parameter 'count' cannot be resolved" in shown["tests.unrunnable_jobs.CountingHandle"]
 
 
+def test_a_job_class_whose_unique_attributes_a_push_would_refuse_is_e007() -> None:
+    with with_imports("tests.unrunnable_jobs"):
+        messages = {m.obj: m.msg for m in run_checks() if m.id == "kinetis_queue.E007"}
+    assert sorted(messages) == [
+        "tests.unrunnable_jobs.DebounceWhileRunning",
+        "tests.unrunnable_jobs.ScopeWithoutLifetime",
+        "tests.unrunnable_jobs.UniqueForever",
+    ]
+    assert (
+        "unique_for must be a number of seconds above 0, at most 2592000"
+        in messages["tests.unrunnable_jobs.UniqueForever"]
+    )
+    assert "unique_debounce needs unique_until='started'" in messages["tests.unrunnable_jobs.DebounceWhileRunning"]
+    assert "without unique_for" in messages["tests.unrunnable_jobs.ScopeWithoutLifetime"]
+
+
 def test_manage_py_check_reports_a_broken_apps_jobs_module_instead_of_crashing() -> None:
     result = manage("tests.broken_settings", "check")
     assert result.returncode == 1

@@ -96,9 +96,11 @@ def test_queue_status_figures_match_the_store(
     assert row["approximate"] is approximate
 
     table = run("queue_status", f"--connection={backend.connection}", f"--queue={queue_name}").splitlines()
-    assert table[0].split() == ["CONNECTION", "BACKEND", "QUEUE", "READY", "DELAYED", "RESERVED", "WAITING", "FAILED"]
+    header = ["CONNECTION", "BACKEND", "QUEUE", "READY", "DELAYED", "RESERVED", "WAITING", "FAILED", "PAUSED"]
+    assert table[0].split() == header
     cells = [_cell(n, approximate) for n in (1, 1, reserved, 2)]
-    assert table[1].split()[2:] == [queue_name, *cells, "2"]
+    assert table[1].split()[2:] == [queue_name, *cells, "2", "no"]
+    assert row["paused"] is False
 
     queue.ack(held)
     after = queue.stats(queue_name)

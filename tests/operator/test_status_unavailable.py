@@ -19,7 +19,7 @@ def test_a_connection_that_cannot_be_built_is_reported_beside_the_others(queue_n
         call_command("queue_status", f"--queue={queue_name}", "--no-color", stdout=out, stderr=err)
     assert str(raised.value) == "figures unavailable for connection(s) custom"
     rows = [line.split() for line in out.getvalue().splitlines()]
-    assert ["sync", "sync", queue_name, "0", "0", "0", "0", "0"] in rows
+    assert ["sync", "sync", queue_name, "0", "0", "0", "0", "0", "no"] in rows
     assert ["custom", "tests.jobs.Noop", "(unavailable)"] in rows
     assert err.getvalue().startswith("custom: QueueConfigurationError: ")
     assert "does not name a Queue subclass" in err.getvalue()

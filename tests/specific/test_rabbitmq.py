@@ -8,10 +8,13 @@ Every test runs against the machine's broker with its own queue names, and delet
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import amqp
@@ -20,14 +23,19 @@ from django.test import override_settings
 
 from kinetis_queue import conf, connections
 from kinetis_queue.backends.rabbitmq import RabbitMqQueue, ladder
+from kinetis_queue.backends.rabbitmq import queue as rabbit_queue_module
 from kinetis_queue.backends.rabbitmq.session import parse_url
+from kinetis_queue.contracts import JobSettlement, PreparedPush
 from kinetis_queue.exceptions import (
     ConnectionFailedError,
     InvalidQueueArgumentError,
+    JobTimeoutInterrupt,
     MalformedJobSettledError,
     PublishNotConfirmedError,
     QueueConfigurationError,
+    StaleJobHandleError,
 )
+from tests.faults.faultproxy import Blackhole, FaultProxy, Mute, Pass
 from tests.jobs import Noop, Records
 from tests.settings import RABBITMQ_URL
 from tests.support.helpers import wait_until
@@ -489,6 +497,7 @@ def test_push_writes_no_attempts_header_and_release_writes_one(
     job = rabbit.pop(5, [queue_name])
     assert job is not None
     rabbit.release(job)
+    rabbit.dispose()  # its consumer may hold the replacement (prefetch): closing gives it back to the queue
     again = raw.basic_get(queue_name)
 
     assert again is not None
@@ -735,3 +744,726 @@ def test_heartbeat_comes_from_the_settings(janitor: set[str], queue_name: str) -
     finally:
         queue.dispose()
     assert connections.build("rabbitmq").heartbeat == 60  # type: ignore[attr-defined]
+
+
+# -- consumers, prefetch and the batch operations (issue 14) ------------------------------------------
+
+
+def _ready(raw: Any, queue: str) -> int:
+    return int(raw.queue_declare(queue, passive=True).message_count)
+
+
+def _labels(jobs: list[Any]) -> list[str]:
+    return [job.args["label"] for job in jobs]
+
+
+def test_a_consumer_holds_at_most_its_prefetch_and_size_counts_what_it_buffered(
+    rabbit: RabbitMqQueue, queue_name: str, raw: Any
+) -> None:
+    """pop_many(limit) consumes with a prefetch of ``limit``: the broker sends no more than that many unacked
+    deliveries; those received and not handed out yet still count as waiting in size()."""
+    rabbit.push_many([Records(f"job-{i}") for i in range(6)], queue=queue_name)
+
+    first = rabbit.pop_many(5, [queue_name], 2)
+
+    assert _labels(first.jobs) == ["job-0", "job-1"]
+    wait_until(lambda: _ready(raw, queue_name) == 4, timeout=10)
+    assert rabbit.size(queue_name) == 4
+
+    assert rabbit.ack_many(first.jobs) == [None, None]
+    wait_until(lambda: _ready(raw, queue_name) == 2, timeout=10)  # two more sent to the consumer
+    assert rabbit.size(queue_name) == 4  # ... and still counted as waiting
+    rest = _drain_all(rabbit, queue_name, 4, limit=2)
+    assert _labels(rest) == ["job-2", "job-3", "job-4", "job-5"]
+    assert rabbit.ack_many(rest) == [None] * 4
+    assert rabbit.size(queue_name) == 0
+
+
+def _drain_all(rabbit: RabbitMqQueue, queue: str, expected: int, limit: int) -> list[Any]:
+    held: list[Any] = []
+    while len(held) < expected:
+        reserved = rabbit.pop_many(5, [queue], limit)
+        assert reserved.jobs and len(reserved.jobs) <= limit
+        held += reserved.jobs
+    return held
+
+
+def test_a_saturated_higher_queue_is_fetched_before_a_lower_queues_buffer(
+    rabbit: RabbitMqQueue, janitor: set[str], queue_name: str
+) -> None:
+    """Priority with consumers: the high queue's consumer holds its whole prefetch (both jobs are running), the
+    low queue's consumer has buffered jobs, and a job arrives on the high queue: it is handed out first."""
+    high, low = f"{queue_name}-hi", queue_name
+    janitor.add(high)
+    rabbit.push_many([Records(f"high-{i}") for i in range(2)], queue=high)
+    rabbit.push_many([Records(f"low-{i}") for i in range(4)], queue=low)
+    running = rabbit.pop_many(5, [high, low], 2)
+    assert _labels(running.jobs) == ["high-0", "high-1"]
+    wait_until(lambda: len(rabbit._session.buffers.get(low, ())) == 2 if rabbit._session else False, timeout=10)
+
+    rabbit.push(Records("high-2"), queue=high)
+    nxt = rabbit.pop_many(5, [high, low], 2)
+
+    assert _labels(nxt.jobs) == ["high-2", "low-0"]
+    assert rabbit.ack_many(running.jobs + nxt.jobs) == [None] * 4
+
+
+def test_a_higher_queue_buffer_is_handed_out_before_a_lower_one(
+    rabbit: RabbitMqQueue, janitor: set[str], queue_name: str
+) -> None:
+    """Both consumers have buffered jobs: every high job comes before any low one, whatever arrived first."""
+    high, low = f"{queue_name}-hi", queue_name
+    janitor.add(high)
+    rabbit.pop_many(0.1, [high, low], 4)  # starts both consumers on empty queues
+    rabbit.push_many([Records(f"low-{i}") for i in range(3)], queue=low)
+    rabbit.push_many([Records(f"high-{i}") for i in range(3)], queue=high)
+    wait_until(lambda: rabbit.size(high) == 3 and rabbit.size(low) == 3, timeout=10)
+    assert rabbit._session is not None and len(rabbit._session.buffers[low]) == 3
+
+    held = rabbit.pop_many(5, [high, low], 4).jobs
+
+    assert _labels(held) == ["high-0", "high-1", "high-2", "low-0"]
+    assert rabbit.ack_many(held) == [None] * 4
+
+
+def test_unreserve_keeps_the_attempt_and_the_place_at_the_head(rabbit: RabbitMqQueue, queue_name: str) -> None:
+    """unreserve(): a reject with requeue puts the job back at the head with its headers unchanged; this
+    connection hands the redelivery out in place instead of moving it behind as a crash redelivery."""
+    rabbit.push_many([Records("first", items=[1]), Records("second")], queue=queue_name)
+    first = rabbit.pop_many(5, [queue_name], 1).jobs[0]
+    rabbit.release(first)  # attempts 1 written by release: unreserve must keep it
+    again = rabbit.pop_many(5, [queue_name], 1).jobs[0]
+    assert (again.args["label"], again.attempts) == ("second", 1)
+    replaced = rabbit.pop_many(5, [queue_name], 1).jobs[0]
+    assert (replaced.args["label"], replaced.attempts) == ("first", 2)
+
+    rabbit.unreserve(replaced)
+    rabbit.unreserve(again)
+
+    back = _drain_all(rabbit, queue_name, 2, limit=1)
+    assert [(job.args["label"], job.attempts) for job in back] == [("second", 1), ("first", 2)]
+    with pytest.raises(InvalidQueueArgumentError, match="already settled"):
+        rabbit.unreserve(replaced)
+    assert rabbit.ack_many(back) == [None, None]
+    assert rabbit.size(queue_name) == 0
+
+
+def test_a_job_unreserved_by_another_connection_is_delivered_once_with_its_attempt(
+    make_queue: Callable[..., RabbitMqQueue], queue_name: str
+) -> None:
+    """Another worker meets the redelivered flag without knowing it was given back: it moves the job behind
+    (as after a crash), still once and with the same attempt."""
+    worker, other = make_queue(), make_queue()
+    job_id = worker.push(Records("given-back"), queue=queue_name)
+    held = worker.pop_many(5, [queue_name], 1).jobs[0]
+    worker.unreserve(held)
+    worker.dispose()
+
+    again = other.pop_many(10, [queue_name], 5).jobs
+    while not again:
+        again = other.pop_many(10, [queue_name], 5).jobs
+    assert [(job.id, job.attempts) for job in again] == [(job_id, 1)]
+    assert other.ack_many(again) == [None]
+    assert other.pop(0.5, [queue_name]) is None
+
+
+def test_ack_many_reports_dead_and_settled_receipts_in_place(
+    make_queue: Callable[..., RabbitMqQueue], janitor: set[str], queue_name: str
+) -> None:
+    """ack_many(): a receipt of a closed connection, or one settled already, is a StaleJobHandleError in its
+    place; the live ones are acked; a receipt of another queue raises before anything is sent."""
+    worker = make_queue(heartbeat=0)
+    worker.push_many([Records(f"job-{i}") for i in range(4)], queue=queue_name)
+    old = worker.pop_many(5, [queue_name], 1).jobs
+    _drop_connection(worker)
+    with pytest.raises(OSError):
+        worker.size(queue_name)  # the failure is found and the connection discarded
+    new = _drain_all(worker, queue_name, 4, limit=4)
+    worker.ack(new[1])
+    other, elsewhere = make_queue(), f"{queue_name}-other"
+    janitor.add(elsewhere)
+    other.push(Noop(), queue=elsewhere)
+    foreign = other.pop(5, [elsewhere])
+    assert foreign is not None
+
+    with pytest.raises(InvalidQueueArgumentError, match="another RabbitMqQueue"):
+        worker.ack_many([new[0], foreign])
+    results = worker.ack_many([old[0], new[0], new[1], new[2], new[2], new[3]])
+
+    assert [type(result).__name__ if result else None for result in results] == [
+        "StaleJobHandleError",
+        None,
+        "StaleJobHandleError",
+        None,
+        "StaleJobHandleError",
+        None,
+    ]
+    assert all(result.operation is JobSettlement.ACK for result in results if result)
+    other.ack(foreign)
+    assert worker.size(queue_name) == 0
+
+
+def test_ack_many_acks_only_the_deliveries_named_even_between_held_ones(rabbit: RabbitMqQueue, queue_name: str) -> None:
+    """The oldest run goes as one multiple ack only when no other held delivery lies inside it."""
+    rabbit.push_many([Records(f"job-{i}") for i in range(6)], queue=queue_name)
+    held = _drain_all(rabbit, queue_name, 6, limit=6)
+
+    assert rabbit.ack_many([held[0], held[1], held[3], held[5]]) == [None] * 4
+    rabbit.dispose()  # what was not acked goes back
+
+    assert sorted(_labels(_drain_all(rabbit, queue_name, 2, limit=6))) == ["job-2", "job-4"]
+
+
+def test_push_many_waits_once_per_batch_and_returns_the_ids_in_order(
+    rabbit: RabbitMqQueue, queue_name: str, raw: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """push_many(): every message published before the one wait for the confirmations."""
+    waits: list[int] = []
+    rabbit.size(queue_name)
+    session = rabbit._session
+    assert session is not None
+    real = session.publish_all
+    monkeypatch.setattr(
+        session, "publish_all", lambda batch, timeout: (waits.append(len(batch)), real(batch, timeout))[1]
+    )
+
+    ids = rabbit.push_many([Records(f"job-{i}") for i in range(50)], queue=queue_name)
+
+    assert waits == [50]
+    assert _ready(raw, queue_name) == 50
+    held = _drain_all(rabbit, queue_name, 50, limit=50)
+    assert [job.id for job in held] == ids
+
+
+@pytest.mark.usefixtures("rejecting_policy")
+def test_a_nacked_batch_names_how_many_were_not_queued(rabbit: RabbitMqQueue, queue_name: str) -> None:
+    with pytest.raises(PublishNotConfirmedError, match=r"did not queue 3 of 3 jobs \(3 refused with a nack"):
+        rabbit.push_many([Noop(), Noop(), Noop()], queue=queue_name)
+    assert rabbit.size(queue_name) == 0
+
+
+def test_a_batch_with_an_unroutable_message_names_it_and_queues_the_rest(
+    rabbit: RabbitMqQueue, janitor: set[str], queue_name: str, raw: Any
+) -> None:
+    gone = f"{queue_name}-gone"
+    janitor.add(gone)
+    rabbit.push(Noop(), queue=gone)
+    rabbit.clear(gone)
+    raw.queue_delete(gone)  # deleted under the pusher, which believes it declared
+    prepared = [rabbit.prepare(Records("kept"), queue=queue_name), rabbit.prepare(Noop(), queue=gone)]
+
+    with pytest.raises(PublishNotConfirmedError, match=r"did not queue 1 of 2 jobs \(0 refused .* 1 returned"):
+        rabbit.send_many(prepared)
+
+    assert rabbit.size(queue_name) == 1
+    rabbit.push(Noop(), queue=gone)  # declared again
+    assert rabbit.size(gone) == 1
+
+
+def test_a_batch_whose_connection_dropped_is_unknown(make_queue: Callable[..., RabbitMqQueue], queue_name: str) -> None:
+    rabbit = make_queue(heartbeat=0)
+    rabbit.push(Noop(), queue=queue_name)
+    _drop_connection(rabbit)
+
+    with pytest.raises(PublishNotConfirmedError, match=r"did not confirm 3 publishes .* unknown"):
+        rabbit.push_many([Noop(), Noop(), Noop()], queue=queue_name)
+
+
+def test_a_push_wakes_a_waiting_pop(make_queue: Callable[..., RabbitMqQueue], queue_name: str) -> None:
+    """_wait() ends when a consumer receives a delivery, not at the end of its pause."""
+    worker, pusher = make_queue(), make_queue()
+    worker.poll_pause = 1.0
+    assert not worker.pop_many(0.01, [queue_name], 4)  # the consumer is started
+    found: list[Any] = []
+    waiter = threading.Thread(target=lambda: found.append(worker._wait((queue_name,), 300)))
+    waiter.start()
+    try:
+        pusher.push(Records("wake"), queue=queue_name)
+        wait_until(lambda: not waiter.is_alive(), timeout=60)
+    finally:
+        waiter.join()
+    assert _labels(worker.pop_many(0, [queue_name], 4).jobs) == ["wake"]
+
+
+def test_a_delivery_read_by_another_thread_wakes_the_waiter(
+    make_queue: Callable[..., RabbitMqQueue], queue_name: str, raw: Any
+) -> None:
+    """A delivery that another thread reads (a job thread's publish waiting for its confirm) while the main
+    thread waits leaves nothing on the socket: the consumer's callback writes to the wake-up pipe, so the
+    wait still ends at once."""
+    rabbit, pusher = make_queue(), make_queue()
+    assert not rabbit.pop_many(0.01, [queue_name], 4)
+    session = rabbit._session
+    assert session is not None
+    pusher.push(Records("read-elsewhere"), queue=queue_name)
+    wait_until(session.readable, timeout=30)
+    with rabbit._lock:  # what the other thread does: read the delivery while the waiter is waiting
+        session.waiting = True
+        session.drain()
+        session.waiting = False
+    assert len(session.buffers[queue_name]) == 1 and not session.readable()
+
+    waiter = threading.Thread(target=session.wait_readable, args=(300,))
+    waiter.start()
+    try:
+        wait_until(lambda: not waiter.is_alive(), timeout=60)
+    finally:
+        waiter.join()
+    assert _labels(rabbit.pop_many(0, [queue_name], 4).jobs) == ["read-elsewhere"]
+
+
+def test_a_drain_reads_a_bounded_number_of_frames(rabbit: RabbitMqQueue, queue_name: str, raw: Any) -> None:
+    """One drain dispatches at most PUMP_MAX_FRAMES methods (a delivery with its content is one), so a flood of
+    deliveries cannot hold the lock; the next drain reads on."""
+    assert not rabbit.pop_many(0.01, [queue_name], 150)
+    session = rabbit._session
+    assert session is not None
+    for _ in range(150):
+        raw.basic_publish(amqp.Message(b"{}", delivery_mode=2), exchange="", routing_key=queue_name)
+    wait_until(lambda: _ready(raw, queue_name) == 0, timeout=30)  # all sent to the consumer
+
+    with rabbit._lock:
+        session.drain()
+        first = len(session.buffers[queue_name])
+        while session.readable():
+            session.drain()
+    assert 0 < first < 150  # 100 of them
+    assert len(session.buffers[queue_name]) == 150
+    reserved = rabbit.pop_many(0, [queue_name], 150)
+    assert len(reserved.malformed) == 150  # not ours: removed and reported
+
+
+def test_threads_hammering_one_queue_lose_and_duplicate_nothing(rabbit: RabbitMqQueue, queue_name: str) -> None:
+    """Several job threads push, release and unreserve while the main thread pops and acks on the same
+    connection: every job is acked exactly once, and no thread raises."""
+    threads_n, per_thread = 4, 25
+    errors: list[BaseException] = []
+    pushed: list[str] = []
+    lock = threading.Lock()
+
+    def pusher(index: int) -> None:
+        try:
+            for i in range(per_thread):
+                job_id = rabbit.push(Records(f"t{index}-{i}"), queue=queue_name)
+                with lock:
+                    pushed.append(job_id)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def settle(job: Any, index: int) -> None:
+        try:
+            if index % 3 == 0:
+                rabbit.release(job)
+            elif index % 3 == 1:
+                rabbit.unreserve(job)
+            else:
+                rabbit.ack(job)
+                with lock:
+                    acked.append(job.id)
+        except BaseException as exc:
+            errors.append(exc)
+
+    acked: list[str] = []
+    threads = [threading.Thread(target=pusher, args=(n,)) for n in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    given: set[str] = set()
+    settlers: list[threading.Thread] = []
+    count = 0
+    while len(acked) < threads_n * per_thread:
+        reserved = rabbit.pop_many(2, [queue_name], 8)
+        if not reserved.jobs:  # the last jobs may be in the hands of a settler thread
+            for settler in settlers:
+                settler.join()
+            if len(acked) == threads_n * per_thread:
+                break
+            reserved = rabbit.pop_many(10, [queue_name], 8)
+            assert reserved.jobs, f"the queue ran dry before every job was acked (errors: {errors!r})"
+        to_ack = []
+        for job in reserved.jobs:
+            count += 1
+            if job.id not in given and count % 4 == 0:
+                given.add(job.id)
+                settler = threading.Thread(target=settle, args=(job, count // 4))
+                settler.start()
+                settlers.append(settler)
+            else:
+                to_ack.append(job)
+        assert rabbit.ack_many(to_ack) == [None] * len(to_ack)
+        with lock:
+            acked.extend(job.id for job in to_ack)
+    for thread in threads + settlers:
+        thread.join()
+
+    assert errors == []
+    assert sorted(acked) == sorted(pushed)
+    assert rabbit.size(queue_name) == 0
+
+
+# -- faults and edges (issue 13 item 8: lines no test reached) ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"url": 5}, "url must be an amqp:// or amqps:// URL string"),
+        ({"url": "http://u:s3cret@host/"}, "url must start with amqp:// or amqps://"),
+        ({"heartbeat": -1}, "heartbeat must be an int"),
+        ({"heartbeat": True}, "heartbeat must be an int"),
+    ],
+)
+def test_a_queue_built_directly_checks_its_options_naming_them(options: dict[str, Any], message: str) -> None:
+    """Built without settings (conf.py's checks do not run), the queue checks its own arguments."""
+    with pytest.raises(QueueConfigurationError, match=message) as raised:
+        RabbitMqQueue(**{"url": RABBITMQ_URL, **options})
+    assert "s3cret" not in str(raised.value)
+
+
+def test_tls_is_asked_for_with_amqps_and_a_plain_listener_fails_the_handshake(
+    make_queue: Callable[..., RabbitMqQueue], queue_name: str
+) -> None:
+    """amqps:// connects with TLS (the certificate and host name checked): the broker's plain listener cannot
+    answer the handshake, which is a connection failure naming the address and not the password."""
+    queue = make_queue(url="amqps://guest:s3cret@127.0.0.1:5672/")
+
+    with pytest.raises(ConnectionFailedError, match=r"amqps://127\.0\.0\.1:5672/") as raised:
+        queue.push(Noop(), queue=queue_name)
+    assert "s3cret" not in str(raised.value)
+
+
+def test_a_job_sent_with_attempts_carries_them_and_keeps_them_when_moved_behind(
+    make_queue: Callable[..., RabbitMqQueue], queue_name: str
+) -> None:
+    """A replacement sent with completed attempts writes the attempts header; a broker redelivery of it moved
+    behind the waiting jobs keeps it."""
+    worker, other = make_queue(), make_queue()
+    envelope = replace(worker.prepare(Records("replaced"), queue=queue_name).envelope, attempts=2)
+    worker.send(PreparedPush(envelope, 0, queue_name))
+    held = worker.pop(5, [queue_name])
+    assert held is not None and held.attempts == 3
+
+    _drop_connection(worker)
+    again = other.pop(10, [queue_name])
+
+    assert again is not None and (again.id, again.attempts) == (held.id, 3)
+    other.ack(again)
+
+
+def test_a_sweep_on_a_dropped_connection_raises_and_the_next_one_reconnects(
+    make_queue: Callable[..., RabbitMqQueue], queue_name: str
+) -> None:
+    rabbit = make_queue(heartbeat=0)
+    rabbit.push(Records("survivor"), queue=queue_name)
+    assert not rabbit.pop_many(0.01, [queue_name + "-empty"], 1)
+    session = rabbit._session
+    _drop_connection(rabbit)
+
+    with pytest.raises((OSError, amqp.exceptions.ConnectionError)):
+        rabbit.pop_many(5, [queue_name], 1)
+
+    assert rabbit._session is None and session is not None and session.closed
+    again = rabbit.pop_many(5, [queue_name], 1).jobs
+    assert _labels(again) == ["survivor"]
+    rabbit.ack(again[0])
+    rabbit.delete(queue_name + "-empty")
+
+
+def test_settlements_on_a_cut_connection_raise_connection_failures(
+    make_queue: Callable[..., RabbitMqQueue], queue_name: str
+) -> None:
+    """The socket is cut under held deliveries and nobody has noticed: ack_many() and ack() fail to send,
+    raise ConnectionFailedError and drop the connection; the broker requeues what was held."""
+    rabbit = make_queue(heartbeat=0)
+    rabbit.push_many([Records("a"), Records("b")], queue=queue_name)
+    held = _drain_all(rabbit, queue_name, 2, limit=2)
+    _drop_connection(rabbit)
+
+    with pytest.raises(ConnectionFailedError, match="ack_many"):
+        rabbit.ack_many(held)
+    assert rabbit._session is None
+    again = _drain_all(rabbit, queue_name, 2, limit=2)
+    assert sorted(_labels(again)) == ["a", "b"]
+    assert rabbit.ack_many(again) == [None, None]
+
+
+def test_an_interrupt_during_a_settlement_drops_the_connection(
+    rabbit: RabbitMqQueue, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job timeout (an exception that is not a connection error) raised while a settlement is sent leaves the
+    channel in an unknown state: the connection is dropped, and the broker requeues the delivery."""
+    rabbit.push(Records("interrupted"), queue=queue_name)
+    held = rabbit.pop(5, [queue_name])
+    assert held is not None and rabbit._session is not None
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise JobTimeoutInterrupt
+
+    monkeypatch.setattr(rabbit._session.deliveries, "basic_ack", interrupted)
+    with pytest.raises(JobTimeoutInterrupt):
+        rabbit.ack(held)
+    monkeypatch.undo()
+
+    assert rabbit._session is None
+    again = rabbit.pop(10, [queue_name])
+    assert again is not None and (again.id, again.attempts) == (held.id, 1)
+    rabbit.ack(again)
+
+
+def test_queue_known_tells_a_declared_queue_from_a_missing_one(rabbit: RabbitMqQueue, queue_name: str) -> None:
+    assert rabbit.queue_known(queue_name) is False
+    rabbit.size(queue_name)
+    assert rabbit.queue_known(queue_name) is True
+
+
+def test_a_forked_child_opens_its_own_connection_and_leaves_the_parents_alone(
+    rabbit: RabbitMqQueue, queue_name: str
+) -> None:
+    """After fork() the child finds the parent's connection unusable, forgets it without closing its socket
+    (which the parent still uses) and opens its own."""
+    rabbit.push(Noop(), queue=queue_name)
+    parent_session = rabbit._session
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            rabbit.push(Noop(), queue=queue_name)
+            code = 0 if rabbit._session is not parent_session else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert rabbit._session is parent_session and parent_session is not None and parent_session.usable()
+    assert rabbit.size(queue_name) == 2
+
+
+def test_the_heartbeat_pump_drops_a_connection_cut_while_idle(
+    make_queue: Callable[..., RabbitMqQueue], queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pump thread reads the connection while nobody uses it: a cut connection is found there, logged,
+    and dropped; the next operation reconnects."""
+    rabbit = make_queue(heartbeat=1)
+    rabbit.push(Noop(), queue=queue_name)
+    session = rabbit._session
+    assert session is not None
+
+    _drop_connection(rabbit)
+
+    wait_until(lambda: rabbit._session is None, timeout=30)
+    assert session.closed
+    assert "lost while idle" in caplog.text
+    assert rabbit.size(queue_name) == 1
+
+
+def test_closing_a_session_twice_is_harmless(rabbit: RabbitMqQueue, queue_name: str) -> None:
+    rabbit.size(queue_name)
+    session = rabbit._session
+    assert session is not None
+    session.close(graceful=True)
+    session.close(graceful=False)
+    assert session.closed and not session.usable()
+    assert rabbit.size(queue_name) == 0  # a new connection
+
+
+def test_a_larger_limit_restarts_the_consumers_and_keeps_what_they_buffered(
+    rabbit: RabbitMqQueue, queue_name: str, raw: Any
+) -> None:
+    rabbit.push_many([Records(f"job-{i}") for i in range(5)], queue=queue_name)
+    first = rabbit.pop_many(5, [queue_name], 1).jobs
+    session = rabbit._session
+    assert session is not None and session.prefetch == 1
+    old_consumer = session.consumers[queue_name]
+
+    rest = _drain_all(rabbit, queue_name, 4, limit=4)
+
+    assert session.prefetch == 4 and session.consumers[queue_name] != old_consumer
+    assert _labels(first + rest) == [f"job-{i}" for i in range(5)]
+    assert rabbit.ack_many(first + rest) == [None] * 5
+    assert _ready(raw, queue_name) == 0
+
+
+def test_a_queue_deleted_under_its_consumer_is_declared_again_by_the_next_pop(
+    rabbit: RabbitMqQueue, queue_name: str, raw: Any
+) -> None:
+    """The broker cancels the consumer of a deleted queue: the wait ends, and the next sweep declares the
+    queue again and consumes from it, instead of failing on the missing queue."""
+    assert not rabbit.pop_many(0.01, [queue_name], 2)
+    raw.queue_delete(queue_name)
+    wait_until(lambda: rabbit._wait((queue_name,), 0.05) is None and queue_name not in rabbit._session.consumers)
+
+    assert not rabbit.pop_many(0.2, [queue_name], 2)  # declared again, consumed again
+    rabbit.push(Records("after"), queue=queue_name)
+    assert _labels(_drain_all(rabbit, queue_name, 1, limit=2)) == ["after"]
+
+
+def test_a_batch_whose_confirmations_are_not_in_by_the_deadline_is_unknown_and_drops_the_connection(
+    rabbit: RabbitMqQueue, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The confirmation deadline passes before a single reply could be read: the batch is reported unknown
+    (counted as unanswered) and the connection is dropped. Whether the broker had queued them depends on
+    what it read before the drop: the next test shows a case where it had."""
+    rabbit.size(queue_name)
+    monkeypatch.setattr(rabbit_queue_module, "CONFIRM_TIMEOUT", 0.0)
+
+    with pytest.raises(PublishNotConfirmedError, match=r"did not confirm 2 publishes \(TimeoutError: 2 publishes"):
+        rabbit.push_many([Noop(), Noop()], queue=queue_name)
+
+    assert rabbit._session is None
+
+
+def test_a_batch_whose_confirmations_never_arrive_is_unknown_though_the_broker_queued_it(
+    make_queue: Callable[..., RabbitMqQueue], queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker receives and queues both publishes, but its confirmations never reach the client (the
+    fault proxy swallows what the broker sends): the batch times out as unknown and the connection is
+    dropped. The jobs were queued after all, which is why "unknown" is the only true answer."""
+    monkeypatch.setattr(rabbit_queue_module, "CONFIRM_TIMEOUT", 0.5)
+    proxy = FaultProxy("127.0.0.1", 5672)
+    try:
+        port = proxy.start()
+        rabbit = make_queue(url=f"amqp://guest:guest@127.0.0.1:{port}/", heartbeat=0)
+        observer = make_queue()
+        rabbit.size(queue_name)  # connected and declared before the replies go missing
+        proxy.set(Mute())
+
+        with pytest.raises(PublishNotConfirmedError, match=r"did not confirm 2 publishes \(TimeoutError: .*unknown"):
+            rabbit.push_many([Noop(), Noop()], queue=queue_name)
+
+        assert rabbit._session is None
+        wait_until(lambda: observer.size(queue_name) == 2, timeout=10)  # queued after all
+    finally:
+        proxy.close()
+
+
+def test_ack_many_of_stale_receipts_only_sends_nothing(
+    make_queue: Callable[..., RabbitMqQueue], queue_name: str
+) -> None:
+    rabbit = make_queue()
+    rabbit.push(Noop(), queue=queue_name)
+    held = rabbit.pop(5, [queue_name])
+    assert held is not None
+    rabbit.ack(held)
+
+    results = rabbit.ack_many([held])
+
+    assert isinstance(results[0], StaleJobHandleError) and "already settled" in str(results[0])
+    with pytest.raises(InvalidQueueArgumentError, match="not delivered by a RabbitMQ queue"):
+        rabbit.ack_many([replace(held, handle=None)])
+
+
+def test_an_interrupt_during_ack_many_drops_the_connection(
+    rabbit: RabbitMqQueue, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rabbit.push(Records("interrupted"), queue=queue_name)
+    held = rabbit.pop(5, [queue_name])
+    assert held is not None and rabbit._session is not None
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise JobTimeoutInterrupt
+
+    monkeypatch.setattr(rabbit._session.deliveries, "basic_ack", interrupted)
+    with pytest.raises(JobTimeoutInterrupt):
+        rabbit.ack_many([held])
+    monkeypatch.undo()
+
+    assert rabbit._session is None
+    again = rabbit.pop(10, [queue_name])
+    assert again is not None and again.id == held.id
+    rabbit.ack(again)
+
+
+def test_unreserve_forgets_old_ids_past_its_limit(
+    rabbit: RabbitMqQueue, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ids given back are bounded; a forgotten one is only moved behind when it comes back."""
+    monkeypatch.setattr(rabbit_queue_module, "GIVEN_BACK_LIMIT", 1)
+    rabbit.push_many([Records("a"), Records("b")], queue=queue_name)
+    held = _drain_all(rabbit, queue_name, 2, limit=2)
+
+    rabbit.unreserve(held[0])
+    rabbit.unreserve(held[1])
+
+    session = rabbit._session
+    assert session is not None and session.given_back == {held[1].id}
+    back = _drain_all(rabbit, queue_name, 2, limit=2)
+    assert sorted((job.id, job.attempts) for job in back) == sorted((job.id, 1) for job in held)
+    assert rabbit.ack_many(back) == [None, None]
+
+
+def test_a_redelivery_that_cannot_be_moved_behind_is_delivered_in_place(
+    make_queue: Callable[..., RabbitMqQueue], queue_name: str
+) -> None:
+    """Moving a broker redelivery behind is a publish; when the broker refuses it (a full queue nacks it), the
+    job is handed out where it is, attempts unchanged, instead of staying held by a connection that will
+    never hand it out."""
+    ctl = shutil.which("rabbitmqctl")
+    if ctl is None:
+        pytest.skip("rabbitmqctl is not available to set a queue-length policy")
+    worker, other = make_queue(), make_queue()
+    job_id = worker.push(Records("stuck"), queue=queue_name)
+    held = worker.pop_many(5, [queue_name], 1).jobs
+    assert [job.id for job in held] == [job_id]
+    name = f"kinetis-test-{queue_name}"
+    policy = json.dumps({"max-length": 0, "overflow": "reject-publish"})
+    done = subprocess.run(
+        [ctl, "-q", "set_policy", "--apply-to", "queues", name, f"^{queue_name}$", policy],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"rabbitmqctl set_policy failed: {done.stderr.strip()}")
+    try:
+        worker.dispose()  # the broker requeues the delivery, marked redelivered
+        again = other.pop_many(10, [queue_name], 1).jobs
+    finally:
+        subprocess.run([ctl, "-q", "clear_policy", name], capture_output=True, timeout=60, check=False)
+
+    assert [(job.id, job.attempts) for job in again] == [(job_id, 1)]
+    assert other.ack_many(again) == [None]
+
+
+def test_a_crash_redelivery_whose_move_behind_goes_unconfirmed_raises_and_nothing_is_lost(
+    make_queue: Callable[..., RabbitMqQueue],
+    janitor: set[str],
+    queue_name: str,
+    raw: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sweep meets a buffered crash redelivery and moves it behind the queue (publish a copy, then ack), but the
+    network goes silent: the copy is never confirmed, so the connection is dropped and the sweep raises
+    PublishNotConfirmedError instead of handing the delivery out. The broker requeues what that connection
+    held (the redelivery, and the job handed out before): each comes back once, with its attempt count."""
+    high, low = f"{queue_name}-hi", queue_name
+    janitor.add(high)
+    monkeypatch.setattr(rabbit_queue_module, "CONFIRM_TIMEOUT", 0.5)
+    crashed, other = make_queue(), make_queue()
+    proxy = FaultProxy("127.0.0.1", 5672)
+    try:
+        port = proxy.start()
+        rabbit = make_queue(url=f"amqp://guest:guest@127.0.0.1:{port}/", heartbeat=0)
+        crashed_id = crashed.push(Records("crashed"), queue=low, max_attempts=3)
+        assert crashed.pop(5, [low]) is not None  # held by a worker that is about to die
+        rabbit.pop_many(0.1, [high, low], 4)  # starts both consumers on queues with nothing ready
+        first_id = rabbit.push(Records("first"), queue=high)
+        _drop_connection(crashed)  # the broker requeues its delivery, marked redelivered, to our consumer
+        wait_until(lambda: rabbit.size(high) == 1 and rabbit.size(low) == 1, timeout=10)
+        session = rabbit._session
+        assert session is not None and session.buffers[low][0].delivery_info["redelivered"]
+        [first] = rabbit.pop_many(5, [high, low], 1).jobs  # the high job; the redelivery stays buffered
+        assert first.id == first_id
+
+        proxy.set(Blackhole())
+        with pytest.raises(PublishNotConfirmedError, match="unknown"):
+            rabbit.pop_many(5, [high, low], 1)
+
+        assert rabbit._session is None and session.closed
+        proxy.set(Pass())
+        wait_until(lambda: _ready(raw, high) == 1 and _ready(raw, low) == 1, timeout=10)
+        back = [job for job in (other.pop(5, [high]), other.pop(5, [low])) if job is not None]
+        assert {job.id: job.attempts for job in back} == {first_id: 1, crashed_id: 1}
+        assert _ready(raw, high) == 0 and _ready(raw, low) == 0  # no copy was queued
+        assert other.ack_many(back) == [None, None]
+    finally:
+        proxy.close()

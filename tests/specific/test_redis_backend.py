@@ -272,6 +272,7 @@ SETTLE: dict[JobSettlement, Callable[[RedisQueue, QueuedJob], None]] = {
     JobSettlement.ACK: lambda queue, job: queue.ack(job),
     JobSettlement.RELEASE: lambda queue, job: queue.release(job, 5),
     JobSettlement.FAIL: lambda queue, job: queue.fail(job),
+    JobSettlement.UNRESERVE: lambda queue, job: queue.unreserve(job),
 }
 
 
@@ -466,7 +467,23 @@ def _lua_files() -> list[Path]:
 def test_every_script_has_the_header_and_touches_only_keys_it_is_given() -> None:
     """DESIGN notes: every key passes through KEYS[]; the KEYS command is never called (Dramatiq #491, #682)."""
     names = [path.stem for path in _lua_files()]
-    assert names == ["clear", "reclaim", "release", "renew", "size", "stats", "sweep"]
+    assert names == [
+        "ack_many",
+        "acquire_slot",
+        "clear",
+        "push_many",
+        "push_unique",
+        "reclaim",
+        "relay_push",
+        "release",
+        "release_unique",
+        "renew",
+        "renew_slot",
+        "size",
+        "stats",
+        "sweep",
+        "unreserve",
+    ]
     for path in _lua_files():
         text = path.read_text()
         assert text.startswith(f"-- {path.stem}: "), path.name

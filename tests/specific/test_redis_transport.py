@@ -23,6 +23,7 @@ import pytest
 import redis
 
 from kinetis_queue.backends.redis import RedisQueue
+from kinetis_queue.backends.redis.scripts import PUSH_MANY, Script
 from kinetis_queue.exceptions import ConnectionFailedError, OutcomeUnknownError
 from tests.jobs import Noop, Records
 from tests.support.helpers import wait_until
@@ -122,6 +123,11 @@ class Proxy:
         name = command.upper().encode()
         with self._lock:
             return bytes(self.sent).count(b"$%d\r\n%s\r\n" % (len(name), name))
+
+    def count_script(self, script: Script) -> int:
+        """How many times clients sent ``EVALSHA`` of ``script`` through the proxy (refused ones too)."""
+        with self._lock:
+            return bytes(self.sent).count(b"$40\r\n%s\r\n" % script.sha.encode())
 
     def close(self) -> None:
         for sock in self._sockets:
@@ -315,4 +321,69 @@ def test_scripts_are_loaded_once_and_run_by_sha(server: RedisServer, queue_name:
     job = queue.pop(5, [queue_name])
     assert job is not None
     assert server.calls("SCRIPT|LOAD") == 2
+    queue.dispose()
+
+
+def test_a_batch_whose_reply_is_lost_was_sent_once_and_stored_whole(
+    server: RedisServer, proxy: Proxy, queue_name: str
+) -> None:
+    """push_many() is one command (one script call for a mixed batch): a lost reply is OutcomeUnknownError,
+    and the server ran it whole, once."""
+    queue = _queue(proxy.url)
+    queue.send_many([queue.prepare(Noop(), queue=queue_name), queue.prepare(Noop(), delay=60, queue=queue_name)])
+    proxy.lose_replies()
+
+    with pytest.raises(OutcomeUnknownError):
+        queue.push_many([Records(f"job-{i}") for i in range(100)], queue=queue_name)
+
+    assert proxy.count_script(PUSH_MANY) == 2  # the mixed batch's refused and run calls
+    assert proxy.count("LPUSH") == 1  # this batch: one LPUSH of 100, sent once
+    assert server.admin.llen(queue.keys(queue_name).pending) == 101
+    queue.dispose()
+
+
+def test_a_batch_refused_for_memory_stores_nothing(server: RedisServer, queue_name: str) -> None:
+    """Out of memory (noeviction), a script is refused at its first write: no job of the batch is stored."""
+    queue = _queue(server.url)
+    queue.push(Noop(), queue=queue_name)
+    server.admin.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            queue.push_many([Noop() for _ in range(10)], queue=queue_name)
+    finally:
+        server.admin.config_set("maxmemory", 0)
+    assert server.admin.llen(queue.keys(queue_name).pending) == 1
+    queue.dispose()
+
+
+def test_a_server_killed_during_a_wait_fails_the_pop_at_its_next_sweep(server: RedisServer, queue_name: str) -> None:
+    """A transport failure in the wait (BLMOVE) only ends that pause: the next sweep finds the server gone
+    and the pop raises ConnectionFailedError (nothing was sent), rather than waiting on or hiding it."""
+    queue = _queue(server.url)
+    assert queue.pop(0.01, [queue_name]) is None  # connected, the sweep script loaded
+    waiting = threading.Event()
+    wait_any = queue._client.wait_any
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        waiting.set()
+        return wait_any(*args, **kwargs)
+
+    queue._client.wait_any = spy  # type: ignore[method-assign]
+    outcome: list[BaseException | None] = []
+
+    def pop() -> None:
+        try:
+            queue.pop(30, [queue_name])
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=pop)
+    thread.start()
+    assert waiting.wait(30)
+    server.kill()
+    thread.join(60)
+
+    assert len(outcome) == 1 and isinstance(outcome[0], ConnectionFailedError)
     queue.dispose()

@@ -125,12 +125,41 @@ def test_sigterm_stops_the_worker_between_jobs(backend: Backend, queue_name: str
 
 
 @pytest.mark.parametrize("backend", SQL_BACKENDS[:1], ids=lambda b: b.id)
-def test_a_second_signal_exits_at_once_without_settling(backend: Backend, queue_name: str, tmp_path: Path) -> None:
+def test_sigterm_at_concurrency_8_lets_every_running_job_finish(
+    backend: Backend, queue_name: str, tmp_path: Path
+) -> None:
+    """Three jobs run at once when SIGTERM comes: the worker reserves nothing more, waits for all three
+    (released only after the signal), acks them and exits 0."""
+    queue = connections.build(backend.connection)
+    release = tmp_path / "release"
+    names = [(tmp_path / f"running{i}", tmp_path / f"done{i}") for i in range(3)]
+    for marker, done in names:
+        queue.push(SignalsWhileRunning(str(marker), str(release), str(done)), queue=queue_name)
+    worker = subprocess.Popen(
+        _worker_command(backend, queue_name, "--sleep=1", "--concurrency=8"), env=_env(), cwd=ROOT
+    )
+    wait_until(lambda: all(marker.exists() for marker, _ in names), timeout=60)
+    worker.send_signal(signal.SIGTERM)
+    queue.push(Noop(), queue=queue_name)  # pushed after the signal: never taken
+    release.touch()
+    assert worker.wait(timeout=60) == 0
+    assert [done.read_text() for _, done in names] == ["1", "1", "1"]
+    assert _rows(backend, queue_name) == 1
+    assert queue.size(queue_name) == 1
+
+
+@pytest.mark.parametrize("concurrency", [1, 8])
+@pytest.mark.parametrize("backend", SQL_BACKENDS[:1], ids=lambda b: b.id)
+def test_a_second_signal_exits_at_once_without_settling(
+    backend: Backend, queue_name: str, tmp_path: Path, concurrency: int
+) -> None:
     """DESIGN.md §4: a second signal while a job runs exits at once; the backend redelivers the job."""
     queue = connections.build(backend.connection)
     marker, release, done = tmp_path / "running", tmp_path / "release", tmp_path / "done"
     queue.push(SignalsWhileRunning(str(marker), str(release), str(done)), queue=queue_name)
-    worker = subprocess.Popen(_worker_command(backend, queue_name, "--sleep=1"), env=_env(), cwd=ROOT)
+    worker = subprocess.Popen(
+        _worker_command(backend, queue_name, "--sleep=1", f"--concurrency={concurrency}"), env=_env(), cwd=ROOT
+    )
     wait_until(marker.exists, timeout=60)
     worker.send_signal(signal.SIGTERM)
     worker.send_signal(signal.SIGINT)

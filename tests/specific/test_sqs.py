@@ -42,15 +42,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Calls:
-    """Every request the backend's clients make, as (operation, parameters, thread name)."""
+    """Every request the backend's clients make, as (operation, parameters, thread name); ``at`` holds
+    the monotonic time each was built, in the same order."""
 
     def __init__(self, queue: SqsQueue) -> None:
         self.seen: list[tuple[str, dict[str, Any], str]] = []
+        self.at: list[float] = []
         for client in (queue.client, queue.send_client):
             client.meta.events.register("before-parameter-build.sqs", self._record)
 
     def _record(self, params: dict[str, Any], model: Any, **kwargs: Any) -> None:
         self.seen.append((model.name, dict(params), threading.current_thread().name))
+        self.at.append(time.monotonic())
 
     def names(self) -> list[str]:
         return [name for name, _, _ in self.seen]
@@ -65,6 +68,7 @@ class Calls:
 
     def clear(self) -> None:
         self.seen.clear()
+        self.at.clear()
 
 
 @pytest.fixture
@@ -275,7 +279,15 @@ def test_pop_sweeps_every_queue_then_long_polls_the_first_rounded_up(
     assert sqs.pop(1.5, [high, low]) is None
 
     assert time.monotonic() - start >= 1.5
-    assert calls.receives() == [(high, 0), (low, 0), (high, 2)]
+    receives = calls.receives()
+    assert receives[:2] == [(high, 0), (low, 0)] and len(receives) == 3
+    polled, wait = receives[2]
+    assert polled == high
+    # The long poll waits what was left of the deadline when it was sent, rounded up to a whole second
+    # (2 on a quiet machine; 1 when the two sweeps took more than half a second).
+    sent = max(at for at, (name, _, _) in zip(calls.at, calls.seen, strict=True) if name == "ReceiveMessage")
+    left = start + 1.5 - sent
+    assert type(wait) is int and left <= wait < left + 1.05
     for name, params, _ in calls.seen:
         if name == "ReceiveMessage":
             assert params["VisibilityTimeout"] == 1 == sqs.visibility_timeout()

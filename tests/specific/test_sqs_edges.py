@@ -52,3 +52,26 @@ def test_a_long_poll_that_comes_back_empty_before_the_deadline_sweeps_every_queu
         queue.ack(found)
     finally:
         queue.dispose()
+
+
+def test_a_send_message_batch_sqs_refuses_whole_propagates_as_its_client_error_naming_the_batch(
+    sqs_queues: SqsTestQueues, queue_name: str
+) -> None:
+    """A 4xx for the whole SendMessageBatch (its queue deleted under the pusher) stored none of its jobs: SQS's
+    own ClientError, its message saying which jobs and that they were not stored."""
+    queue = connections.build("sqs")
+    assert isinstance(queue, SqsQueue)
+    sqs_queues.prepare(queue)
+    try:
+        queue.push(Records("first"), queue=queue_name)  # looks the URL up once and keeps it
+        sqs_queues.admin.delete_queue(QueueUrl=sqs_queues.urls[queue_name])
+        with pytest.raises(ClientError) as caught:
+            queue.push_many([Records("a"), Records("b")], queue=queue_name)
+        assert not isinstance(caught.value, (OutcomeUnknownError, ConnectionFailedError))
+        assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        assert str(caught.value).startswith(
+            "jobs[0]: SendMessageBatch of 2 jobs from jobs[0] (the 0 jobs of earlier batches were sent, no later "
+            "batch was) was refused; those jobs were not stored: "
+        )
+    finally:
+        queue.dispose()

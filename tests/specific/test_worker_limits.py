@@ -333,7 +333,11 @@ def test_processes_runs_n_workers_restarts_a_dead_one_and_forwards_sigterm(
     supervisor.process.send_signal(signal.SIGTERM)
     assert supervisor.wait() == 0
     stopped = [line for line in supervisor.lines if "Worker stopped (shutdown)" in line]
-    assert len(stopped) == 2  # each child got the one signal and stopped between jobs
+    # Each child got the one signal and stopped between jobs; a restarted child the signal reached while it was
+    # still starting (after its "watching" line, before its handlers) ends by that signal, which the supervisor
+    # counts as a clean stop: it had taken no job.
+    ended_by_signal = [line for line in supervisor.lines if line.endswith(f"stopped with status -{signal.SIGTERM}.")]
+    assert len(stopped) + len(ended_by_signal) == 2 and len(stopped) >= 1
     assert queue.size(queue_name) == 0
 
 

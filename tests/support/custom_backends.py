@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kinetis_queue.backends.sql.queue import SqlQueue
 from kinetis_queue.contracts import Queue
 from kinetis_queue.schema import BackendOptions, KeyPath, Option, fail, integer
 
@@ -44,3 +45,16 @@ class WithOptions(NotClearable):
     settings_schema = BackendOptions(
         (Option("COLOUR", "blue", _colour), Option("LIMIT", 5, integer(1, 10))), max_visibility_timeout=600
     )
+
+
+class SqlWithoutBatch(SqlQueue):
+    """A custom backend that implements only the single-delivery primitives: the SQL backend's, with
+    its batch primitives set back to the contract's defaults (one ``_sweep()`` per ``pop_many()``
+    sweep, one ``ack()`` per acked job, ``_unreserve()`` as an immediate release, a plain pause)."""
+
+    backend_name = "sqlwithoutbatch"
+    _push_many = Queue._push_many
+    _sweep_many = Queue._sweep_many
+    _ack_many = Queue._ack_many
+    _unreserve = Queue._unreserve
+    _wait = Queue._wait

@@ -73,8 +73,11 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         with MotoServer.running() as server:
             env.setenv(ENDPOINT_VARIABLE, server.endpoint)
             setting = settings.KINETIS_QUEUE
-            sqs = {**setting["CONNECTIONS"]["sqs"], "ENDPOINT_URL": server.endpoint}
-            with override_settings(KINETIS_QUEUE={**setting, "CONNECTIONS": {**setting["CONNECTIONS"], "sqs": sqs}}):
+            connections = {
+                name: {**entry, "ENDPOINT_URL": server.endpoint} if entry["BACKEND"] == "sqs" else entry
+                for name, entry in setting["CONNECTIONS"].items()
+            }
+            with override_settings(KINETIS_QUEUE={**setting, "CONNECTIONS": connections}):
                 yield server
 
 

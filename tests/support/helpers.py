@@ -1,8 +1,10 @@
-"""Helpers the tests share: waiting for a condition, and reaching into a backend's stored jobs."""
+"""Helpers the tests share: waiting for a condition, another thread's transaction, a statement's moment, and
+reaching into a backend's stored jobs."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +25,44 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+def in_thread(work: Callable[[], Any]) -> threading.Thread:
+    """Run ``work`` in a thread of its own (so on Django connections of its own, closed after); join() re-raises."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            db_connections.close_all()
+
+    class Joined(threading.Thread):
+        def join(self, timeout: float | None = 30) -> None:
+            super().join(timeout)
+            assert not self.is_alive(), "the thread did not end"
+            if failure:
+                raise failure[0]
+
+    thread = Joined(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def before_first(sql_start: str, action: Callable[[], None], calls: list[str]) -> Callable[..., Any]:
+    """An execute wrapper (Django's connection.execute_wrapper): runs ``action`` once, just before the first
+    statement starting with ``sql_start``; ``calls`` records every such statement."""
+
+    def wrapper(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.startswith(sql_start):
+            calls.append(sql)
+            if len(calls) == 1:
+                action()
+        return execute(sql, params, many, context)
+
+    return wrapper
 
 
 def steal_reservation(backend: Backend, job_id: str) -> None:

@@ -16,6 +16,9 @@ DEFAULT_URL: Final = "amqp://guest:guest@localhost:5672//"
 DEFAULT_HEARTBEAT: Final = 60
 #: Largest heartbeat interval AMQP can negotiate (an unsigned short).
 MAX_HEARTBEAT: Final = 65535
+#: Seconds a concurrency slot (kinetis_queue.limits) is leased for, renewed while its job runs: a
+#: delivery has no visibility timeout here to borrow, so this bounds how long a crashed worker's slots stay taken.
+DEFAULT_SLOT_LEASE: Final = 60
 
 
 def _url(value: Any, path: KeyPath) -> None:
@@ -27,5 +30,6 @@ OPTIONS = BackendOptions(
     (
         Option("URL", DEFAULT_URL, _url),
         Option("HEARTBEAT", DEFAULT_HEARTBEAT, integer(0, MAX_HEARTBEAT)),
+        Option("SLOT_LEASE", DEFAULT_SLOT_LEASE, integer(1, 86_400)),
     )
 )

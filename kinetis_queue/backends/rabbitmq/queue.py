@@ -1,10 +1,11 @@
-"""RabbitMqQueue: confirmed publishing, ``basic.get`` sweeps and the 22-tier delay ladder."""
+"""RabbitMqQueue: confirmed publishing (one wait per batch), consumers with prefetch, and the 22-tier delay ladder."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -12,11 +13,16 @@ from typing import Any, Self
 
 import amqp
 from amqp.exceptions import ConnectionError as AmqpConnectionError
-from amqp.exceptions import MessageNacked
 
 from kinetis_queue import crashpoints
 from kinetis_queue.backends.rabbitmq import ladder
-from kinetis_queue.backends.rabbitmq.options import DEFAULT_HEARTBEAT, DEFAULT_URL, MAX_HEARTBEAT, OPTIONS
+from kinetis_queue.backends.rabbitmq.options import (
+    DEFAULT_HEARTBEAT,
+    DEFAULT_SLOT_LEASE,
+    DEFAULT_URL,
+    MAX_HEARTBEAT,
+    OPTIONS,
+)
 from kinetis_queue.backends.rabbitmq.session import Session, parse_url
 from kinetis_queue.conf import ConnectionSettings
 from kinetis_queue.contracts import (
@@ -26,6 +32,7 @@ from kinetis_queue.contracts import (
     PreparedPush,
     QueuedJob,
     QueueStats,
+    Reserved,
 )
 from kinetis_queue.envelope import (
     Envelope,
@@ -40,16 +47,30 @@ from kinetis_queue.exceptions import (
     ConnectionFailedError,
     InvalidQueueArgumentError,
     KinetisQueueError,
+    MalformedJobSettledError,
     MalformedQueuedJobDataError,
     PublishNotConfirmedError,
     QueueConfigurationError,
+    StaleJobHandleError,
 )
 from kinetis_queue.validation import validate_queue_name
 
 logger = logging.getLogger("kinetis_queue.rabbitmq")
 
-#: Seconds push() and release() wait for the broker's confirmation of a publish.
+#: Seconds push() and release() wait for the broker's confirmation of a publish (push_many(): of the batch).
 CONFIRM_TIMEOUT = 30.0
+#: Job ids unreserve() remembers at most per connection (see _unreserve).
+GIVEN_BACK_LIMIT = 10_000
+
+
+@dataclass(frozen=True, eq=False)
+class _Outgoing:
+    """One message ready to publish, and the queue it is for (error messages name it)."""
+
+    message: Any
+    exchange: str
+    routing_key: str
+    queue: str
 
 
 @dataclass(eq=False)
@@ -74,27 +95,36 @@ class RabbitMqDelivery:
 class RabbitMqQueue(ClearableQueue, DisposableQueue):
     """Jobs in RabbitMQ queues, reached with py-amqp (contract: "Backend mechanisms: RabbitMQ").
 
-    Publishing: one confirm-mode channel; every publish is mandatory and persistent and waits for
-    the broker's answer. A nack, a returned (unroutable) message or a missing confirmation raises
-    PublishNotConfirmedError, so a queue deleted under a pusher is an error, never a silent drop.
-    Reservation: an unacked ``basic.get`` delivery, held by its channel until the connection drops,
-    when the broker requeues it with its attempt count unchanged: only release() writes the
-    ``attempts`` header. The broker puts it back at the head; the next pop moves it behind the
-    waiting jobs, so a job that kills its workers cannot hold the queue. Not renewable, and not
-    fenced: a delivery tag names a delivery on its own channel only, so a receipt from a connection
-    that has closed raises ConnectionFailedError and sends nothing. Delays: the ladder in ladder.py,
-    in whole seconds rounded up, at most 4,194,303 s. Heartbeats are serviced by a background
-    thread, so a job longer than the heartbeat interval keeps its connection and its delivery.
+    Publishing: one confirm-mode channel; every publish is mandatory and persistent and confirmed
+    (push_many(): the whole batch published, then one wait). A nack, a returned (unroutable) message
+    or a missing confirmation raises PublishNotConfirmedError, so a queue deleted under a pusher is
+    an error, never a silent drop. Reservation: a consumer per queue with a per-consumer prefetch
+    (the largest pop_many() limit asked), its deliveries buffered per queue and handed out in
+    priority order, and ``basic.get`` for a queue whose consumer holds its whole prefetch. A
+    delivery stays held by its channel until the connection drops, when the broker requeues it with
+    its attempt count unchanged: only release() writes the ``attempts`` header. The broker puts it
+    back at the head; the next sweep moves it behind the waiting jobs, so a job that kills its
+    workers cannot hold the queue (unreserve() is the exception on its own connection). Not
+    renewable, and not fenced: a delivery tag names a delivery on its own channel only, so a receipt
+    from a connection that has closed raises ConnectionFailedError and sends nothing (ack_many()
+    reports it as StaleJobHandleError). Delays: the ladder in ladder.py, in whole seconds rounded up,
+    at most 4,194,303 s. Heartbeats are serviced by a background thread, so a job longer than the
+    heartbeat interval keeps its connection and its delivery.
 
     The queue is thread-safe: every use of its one connection holds a lock (py-amqp is not
-    thread-safe), released while pop() pauses between sweeps and while a job runs.
+    thread-safe), released while pop() waits on the socket between sweeps and while a job runs.
     """
 
     backend_name = "rabbitmq"
     settings_schema = OPTIONS
 
     def __init__(
-        self, *, url: str = DEFAULT_URL, heartbeat: int = DEFAULT_HEARTBEAT, connection: str | None = None
+        self,
+        *,
+        url: str = DEFAULT_URL,
+        heartbeat: int = DEFAULT_HEARTBEAT,
+        connection: str | None = None,
+        slot_lease: int = DEFAULT_SLOT_LEASE,
     ) -> None:
         super().__init__(connection=connection)
         key = "url" if connection is None else f"KINETIS_QUEUE['CONNECTIONS'][{connection!r}]['URL']"
@@ -104,6 +134,7 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             raise QueueConfigurationError(f"{key} must be an int of seconds from 0 (off) to {MAX_HEARTBEAT}")
         #: The heartbeat interval proposed to the broker, in seconds (0: none).
         self.heartbeat = heartbeat
+        self._slot_lease = slot_lease
         self._lock = threading.RLock()
         self._session: Session | None = None
         self._touched: set[str] = set()
@@ -114,7 +145,12 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             url=settings.options["URL"],
             heartbeat=settings.options["HEARTBEAT"],
             connection=settings.name,
+            slot_lease=settings.options["SLOT_LEASE"],
         )
+
+    def slot_lease(self) -> float:
+        """SLOT_LEASE: a delivery has no visibility timeout here for its concurrency slot to follow."""
+        return float(self._slot_lease)
 
     @property
     def declared(self) -> frozenset[str]:
@@ -159,7 +195,9 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
 
     def _discard(self, session: Session) -> None:
         with self._lock:
-            if self._session is session:
+            # Defensive: every caller holds the lock and passes the current session, so the test is
+            # always true today; it keeps a late discard of an old session from dropping a new one.
+            if self._session is session:  # pragma: no branch
                 self._session = None
             session.close(graceful=False)
 
@@ -190,42 +228,127 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         ladder.whole_seconds(prepared.delay)
 
     def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
-        seconds = ladder.whole_seconds(delay)
-        body = encode_body(envelope).encode()
+        with self._using() as session:
+            self._publish_many(session, [self._outgoing(session, envelope, delay, queue)])
+
+    def _push_many(self, prepared: Sequence[PreparedPush]) -> None:
+        """Publish every job, then wait once for all the confirmations (one round trip per batch)."""
+        with self._using() as session:
+            batch = [self._outgoing(session, item.envelope, item.delay, item.queue) for item in prepared]
+            self._publish_many(session, batch)
+
+    def _outgoing(self, session: Session, envelope: Envelope, delay: float, queue: str) -> _Outgoing:
         # push() writes no attempts header: a redelivery after a dropped connection must arrive
         # with the count it had (contract: "Settlement").
         headers: dict[str, Any] = {"maxAttempts": envelope.max_attempts, "metadata": dumps(envelope.metadata)}
         if envelope.attempts:
             headers["attempts"] = envelope.attempts
-        with self._using() as session:
-            self._publish(session, queue, seconds, body, headers, envelope.id)
+        body = encode_body(envelope).encode()
+        return self._message(session, queue, ladder.whole_seconds(delay), body, headers, envelope.id)
 
     def _sweep(self, queues: tuple[str, ...]) -> QueuedJob | None:
-        # _using() written out: this is every pop's path.
+        reserved = self._sweep_many(queues, 1)
+        if reserved.malformed:
+            raise reserved.malformed[0]
+        return reserved.jobs[0] if reserved.jobs else None
+
+    def _sweep_many(self, queues: tuple[str, ...], limit: int) -> Reserved:
+        """Hand out up to ``limit`` deliveries the consumers received, highest-priority queue first.
+
+        Each queue has a consumer with a prefetch of at least ``limit`` (Session.consume); what it
+        received waits in that queue's buffer. A queue whose consumer holds its whole prefetch is
+        sent nothing more by the broker, so its waiting jobs are fetched with ``basic.get`` before
+        any lower queue is looked at: a higher queue's jobs are never left on the broker while a
+        lower one's are handed out, except a delivery still on the wire when the sweep ran.
+        """
         with self._lock:
             session = self._open()
             try:
-                get = session.deliveries.basic_get
                 for name in queues:
                     if name not in session.declared:
                         self._declare(session, name)
-                    while (message := get(name, no_ack=False)) is not None:
-                        tag = message.delivery_info["delivery_tag"]
-                        session.unsettled.add(tag)
-                        # Contract, "Malformed stored messages": RabbitMQ removes one with a reject
-                        # without requeue.
-                        job = settle_if_malformed(
-                            partial(self._decode, session, name, tag, message), partial(self._reject, session, tag)
-                        )
-                        if not message.delivery_info.get("redelivered"):
-                            return job
-                        self._requeue_at_back(session, job.handle)
-                return None
+                session.consume(queues, limit)
+                session.drain()
+                jobs: list[QueuedJob] = []
+                malformed: list[MalformedJobSettledError] = []
+                for name in queues:
+                    self._take(session, name, limit, jobs, malformed)
+                    if len(jobs) >= limit:
+                        break
+                return Reserved(jobs=jobs, malformed=malformed)
             except KinetisQueueError:
                 raise
             except BaseException:
                 self._discard(session)
                 raise
+
+    def _take(
+        self, session: Session, name: str, limit: int, jobs: list[QueuedJob], malformed: list[MalformedJobSettledError]
+    ) -> None:
+        buffer = session.buffers.get(name)
+        while len(jobs) < limit:
+            if buffer:
+                message = buffer.popleft()
+            elif session.saturated(name):
+                message = session.deliveries.basic_get(name, no_ack=False)
+                if message is None:
+                    return
+                session.received(message.delivery_info["delivery_tag"])
+            else:
+                return
+            tag = message.delivery_info["delivery_tag"]
+            # Contract, "Malformed stored messages": RabbitMQ removes one with a reject without requeue.
+            try:
+                job = settle_if_malformed(
+                    partial(self._decode, session, name, tag, message), partial(self._reject, session, tag)
+                )
+            except MalformedJobSettledError as exc:
+                malformed.append(exc)
+                continue
+            if message.delivery_info.get("redelivered") and not self._was_given_back(session, job.id):
+                try:
+                    self._requeue_at_back(session, job.handle)
+                    continue
+                except PublishNotConfirmedError:
+                    if not session.usable():
+                        raise  # the connection is gone with every delivery it held: the broker requeues them
+                    # Refused (a nack, say from a full queue): the copy was not queued, so the job is
+                    # handed out where it is rather than held here for nobody.
+                    logger.warning(
+                        "RabbitMQ refused to move redelivered job %s behind the queue; delivered in place", job.id
+                    )
+            jobs.append(job)
+
+    @staticmethod
+    def _was_given_back(session: Session, job_id: str) -> bool:
+        if job_id in session.given_back:
+            session.given_back.discard(job_id)
+            return True
+        return False
+
+    def _wait(self, queues: tuple[str, ...], seconds: float) -> None:
+        """Wait until a consumer of ``queues`` receives a delivery, up to ``seconds``.
+
+        The lock is held only to read what arrived; the wait itself is a select() on the socket
+        (and on a pipe that a delivery read by another thread writes to), so job threads publish
+        and settle meanwhile. A push to one of the queues wakes it within a round trip.
+        """
+        deadline = time.monotonic() + seconds
+        while True:
+            with self._using() as session:
+                if any(name not in session.consumers for name in queues):
+                    return  # a new connection, or a consumer the broker cancelled: the next sweep starts it
+                session.drain()
+                if session.buffered(queues):
+                    return
+                session.waiting = True
+            try:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                session.wait_readable(left)
+            finally:
+                session.waiting = False
 
     def _requeue_at_back(self, session: Session, handle: RabbitMqDelivery) -> None:
         """Move a broker redelivery behind the queue's waiting jobs: publish a copy, then ack the original.
@@ -240,9 +363,9 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         headers: dict[str, Any] = {"maxAttempts": handle.max_attempts, "metadata": handle.metadata}
         if handle.attempts:
             headers["attempts"] = handle.attempts
-        self._publish(session, handle.queue, 0, handle.body, headers, handle.job_id)
+        self._publish_many(session, [self._message(session, handle.queue, 0, handle.body, headers, handle.job_id)])
         session.deliveries.basic_ack(handle.tag)
-        session.unsettled.discard(handle.tag)
+        session.settled(handle.tag)
 
     def ack(self, job: QueuedJob) -> None:
         with self._lock:
@@ -254,22 +377,104 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             handle = self._live(job, JobSettlement.FAIL)
             self._settle(handle, JobSettlement.FAIL, lambda session: session.deliveries.basic_reject(handle.tag, False))
 
-    def _release(self, job: QueuedJob, delay: float) -> None:
-        seconds = ladder.whole_seconds(delay, "release delay")
+    def _ack_many(self, jobs: Sequence[QueuedJob]) -> list[StaleJobHandleError | None]:
+        """Ack every live delivery, with one ``multiple`` ack for the run of oldest tags when it
+        covers exactly the deliveries asked for (every other delivery stays held).
+
+        A receipt of a connection that has closed, or one already settled (earlier, or earlier in
+        this list), is reported in its place as StaleJobHandleError(ACK): the delivery is no longer
+        held here. A receipt of another queue raises InvalidQueueArgumentError before anything is sent.
+        """
         with self._lock:
-            handle = self._live(job, JobSettlement.RELEASE)
+            for job in jobs:
+                self._receipt(job, JobSettlement.ACK)
+            results: list[StaleJobHandleError | None] = []
+            tags: list[int] = []
+            session = self._session
+            for job in jobs:
+                handle = self._receipt(job, JobSettlement.ACK)
+                reason = self._stale(handle, JobSettlement.ACK)
+                if reason is None and handle.tag in tags:
+                    reason = "ack_many() named this delivery twice; the second was not sent"
+                if reason is not None:
+                    results.append(StaleJobHandleError(JobSettlement.ACK, reason))
+                    continue
+                tags.append(handle.tag)
+                results.append(None)
+            if not tags or session is None:
+                return results
+            ordered = sorted(tags)
+            held = sorted(session.unsettled)
+            run = 0
+            while run < len(ordered) and held[run] == ordered[run]:
+                run += 1
+            try:
+                if run > 1:
+                    session.deliveries.basic_ack(ordered[run - 1], multiple=True)
+                    ordered = ordered[run:]
+                    for tag in held[:run]:
+                        session.settled(tag)
+                for tag in ordered:
+                    session.deliveries.basic_ack(tag)
+                    session.settled(tag)
+            except (OSError, AmqpConnectionError) as exc:
+                self._discard(session)
+                raise ConnectionFailedError(
+                    f"ack_many() could not be sent: the AMQP connection dropped ({type(exc).__name__}); the broker "
+                    "requeues the deliveries not acked yet, with their attempt counts unchanged"
+                ) from exc
+            except BaseException:
+                self._discard(session)
+                raise
+            return results
+
+    def _unreserve(self, job: QueuedJob, delay: float) -> None:
+        """Give a delivery back without charging an attempt.
+
+        At once: ``basic.reject`` with requeue. The broker puts it back at its old place (the head,
+        for the oldest job) with the same headers, so the attempt count is unchanged; it marks it
+        redelivered, which a sweep treats as a crash and moves behind the waiting jobs, except on
+        this connection, which remembers the ids it gave back and hands the redelivery out in place.
+        Another worker that meets it first moves it behind (one confirmed publish). One frame, no reply.
+
+        After a delay (a job held back at its concurrency limit): as a release, a confirmed publish
+        into the delay ladder and then a reject, but with the attempt count unchanged.
+        """
+        if delay > 0:
+            self._put_back(job, delay, JobSettlement.UNRESERVE, charge=False)
+            return
+        with self._lock:
+            handle = self._live(job, JobSettlement.UNRESERVE)
+            session = handle.session
+            if len(session.given_back) >= GIVEN_BACK_LIMIT:
+                session.given_back.clear()  # ids another worker took: forgetting one costs one move behind
+            session.given_back.add(handle.job_id)
+            self._settle(
+                handle, JobSettlement.UNRESERVE, lambda session: session.deliveries.basic_reject(handle.tag, True)
+            )
+
+    def _release(self, job: QueuedJob, delay: float) -> None:
+        self._put_back(job, delay, JobSettlement.RELEASE, charge=True)
+
+    def _put_back(self, job: QueuedJob, delay: float, operation: JobSettlement, *, charge: bool) -> None:
+        """Publish the delivery again after ``delay`` (attempts + 1 when ``charge``), then reject it."""
+        seconds = ladder.whole_seconds(delay, "release delay" if charge else "unreserve delay")
+        with self._lock:
+            handle = self._live(job, operation)
             # The replacement carries our three headers only: a copied x-death would make the
             # broker's dead-letter cycle detection drop it on its second pass through a tier.
-            headers = {"attempts": handle.attempts + 1, "maxAttempts": handle.max_attempts, "metadata": handle.metadata}
+            attempts = handle.attempts + 1 if charge else handle.attempts
+            headers = {"attempts": attempts, "maxAttempts": handle.max_attempts, "metadata": handle.metadata}
             # Contract, "release() across backends": publish, wait for the confirmation, and only
             # then reject the original. A publish never confirmed leaves the original for the broker
             # to requeue; a stop between the two delivers the job twice.
             with self._using() as session:
-                self._publish(session, handle.queue, seconds, handle.body, headers, handle.job_id)
+                message = self._message(session, handle.queue, seconds, handle.body, headers, handle.job_id)
+                self._publish_many(session, [message])
             crashpoints.reach("rmq_after_release_confirm")  # test-only; off unless KQ_CRASHPOINT names it
             self._settle(
                 handle,
-                JobSettlement.RELEASE,
+                operation,
                 lambda session: session.deliveries.basic_reject(handle.tag, False),
                 published=True,
             )
@@ -283,7 +488,8 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             self._declare_ladder(session, queue, ladder.TOP_TIER)
             # Top tier first, the way a delayed message travels; each count is a separate read.
             delayed = sum(ladder.count_tier(session.publisher, queue, tier) for tier in range(ladder.TOP_TIER, -1, -1))
-            ready = self._count(session, queue)
+            # Deliveries our consumer received and no pop handed out yet are waiting work too.
+            ready = self._count(session, queue) + len(session.buffers.get(queue, ()))
         return QueueStats(waiting=ready + delayed, ready=ready, delayed=delayed, approximate=True)
 
     def _clear(self, queue: str) -> int:
@@ -295,7 +501,8 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
                 int(session.publisher.queue_purge(ladder.holding_queue(queue, tier)))
                 for tier in range(ladder.TOP_TIER, -1, -1)
             )
-            return removed + int(session.publisher.queue_purge(queue))
+            removed += int(session.publisher.queue_purge(queue))
+            return removed + self._reject_buffered(session, queue)
 
     def queue_known(self, queue: str) -> bool:
         """Whether the broker has ``queue`` declared: a passive declare on a channel of its own (the
@@ -308,8 +515,7 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             except amqp.exceptions.NotFound:
                 return False
             finally:
-                if channel.is_open:
-                    channel.close()
+                channel.close()  # py-amqp skips a channel the broker closed
         return True
 
     def delete(self, queue: str) -> None:
@@ -319,6 +525,10 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         """
         validate_queue_name(queue)
         with self._using() as session:
+            tag = session.consumers.pop(queue, None)
+            if tag is not None:
+                session.deliveries.basic_cancel(tag)
+            self._reject_buffered(session, queue)
             ladder.delete_ladder(session.publisher, queue)
             session.publisher.queue_delete(queue)
             session.forget(queue)
@@ -344,10 +554,10 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
     def _count(session: Session, queue: str) -> int:
         return int(session.publisher.queue_declare(queue, durable=True, auto_delete=False).message_count)
 
-    def _publish(
+    def _message(
         self, session: Session, queue: str, seconds: int, body: bytes, headers: dict[str, Any], job_id: str
-    ) -> None:
-        """Publish one message onto ``queue`` (or into its ladder) and wait for the confirmation."""
+    ) -> _Outgoing:
+        """A persistent message for ``queue`` (or its ladder, declared up to the tier it enters)."""
         if seconds:
             top = ladder.entry_tier(seconds)
             self._declare_ladder(session, queue, top)
@@ -358,27 +568,57 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         message = amqp.Message(
             body, content_type="application/json", delivery_mode=2, message_id=job_id, application_headers=headers
         )
-        session.returned.clear()
+        return _Outgoing(message, exchange, routing_key, queue)
+
+    def _publish_many(self, session: Session, batch: Sequence[_Outgoing]) -> None:
+        """Publish every message (mandatory), then wait once for the batch's confirmations.
+
+        Each message is confirmed, nacked (not queued), returned as unroutable (not queued: its
+        queue or delay tier was deleted) or left unanswered within CONFIRM_TIMEOUT (unknown: the
+        connection is dropped). Any of them raises PublishNotConfirmedError with the counts; the
+        others of the batch are queued.
+        """
         try:
-            session.publisher.basic_publish_confirm(
-                message, exchange=exchange, routing_key=routing_key, mandatory=True, confirm_timeout=CONFIRM_TIMEOUT
+            first, nacked = session.publish_all(
+                [(item.message, item.exchange, item.routing_key) for item in batch], CONFIRM_TIMEOUT
             )
-        except MessageNacked as exc:
-            raise PublishNotConfirmedError(
-                f"RabbitMQ refused the publish to queue {queue!r} (nack): the job was not queued"
-            ) from exc
         except Exception as exc:
             self._discard(session)
+            what = f"the publish to queue {batch[0].queue!r}" if len(batch) == 1 else f"{len(batch)} publishes"
             raise PublishNotConfirmedError(
-                f"RabbitMQ did not confirm the publish to queue {queue!r} ({type(exc).__name__}: {exc}); "
-                "whether the job was queued is unknown"
+                f"RabbitMQ did not confirm {what} ({type(exc).__name__}: {exc}); whether "
+                f"{'the job was' if len(batch) == 1 else 'each job was'} queued is unknown"
             ) from exc
-        if session.returned:
-            session.forget(queue)
+        returned_ids = {message_id for _, message_id in session.returned}
+        returned = [item for item in batch if item.message.properties.get("message_id") in returned_ids]
+        for item in returned:
+            session.forget(item.queue)
+        if not nacked and not returned:
+            return
+        if len(batch) == 1:
+            if nacked:
+                raise PublishNotConfirmedError(
+                    f"RabbitMQ refused the publish to queue {batch[0].queue!r} (nack): the job was not queued"
+                )
             raise PublishNotConfirmedError(
-                f"RabbitMQ returned the publish to queue {queue!r} as unroutable (reply code "
-                f"{session.returned[0]}): the queue or its delay tier was deleted; the job was not queued"
+                f"RabbitMQ returned the publish to queue {batch[0].queue!r} as unroutable (reply code "
+                f"{session.returned[0][0]}): the queue or its delay tier was deleted; the job was not queued"
             )
+        failed = {first + index for index, item in enumerate(batch) if item in returned} | set(nacked)
+        raise PublishNotConfirmedError(
+            f"RabbitMQ did not queue {len(failed)} of {len(batch)} jobs ({len(nacked)} refused with a nack, "
+            f"{len(returned)} returned as unroutable: a queue or delay tier was deleted); the other "
+            f"{len(batch) - len(failed)} were queued"
+        )
+
+    def _reject_buffered(self, session: Session, queue: str) -> int:
+        """Remove the deliveries our consumer of ``queue`` received and no pop handed out; how many."""
+        buffer = session.buffers.pop(queue, None)
+        removed = 0
+        while buffer:
+            self._reject(session, buffer.popleft().delivery_info["delivery_tag"])
+            removed += 1
+        return removed
 
     def _settle(
         self,
@@ -405,14 +645,14 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         except BaseException:
             self._discard(session)
             raise
-        session.unsettled.discard(handle.tag)
+        session.settled(handle.tag)
 
     def _reject(self, session: Session, tag: int) -> None:
         session.deliveries.basic_reject(tag, requeue=False)
-        session.unsettled.discard(tag)
+        session.settled(tag)
 
-    def _live(self, job: QueuedJob, operation: JobSettlement) -> RabbitMqDelivery:
-        """The receipt, if the delivery it names can still be settled; checked before any I/O."""
+    def _receipt(self, job: QueuedJob, operation: JobSettlement) -> RabbitMqDelivery:
+        """The receipt, if it is one of this queue's; InvalidQueueArgumentError otherwise."""
         handle = job.handle
         name = operation.value
         if not isinstance(handle, RabbitMqDelivery):
@@ -421,16 +661,29 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             raise InvalidQueueArgumentError(
                 f"{name}(): this QueuedJob was delivered by another RabbitMqQueue; settle it on the one that popped it"
             )
+        return handle
+
+    def _stale(self, handle: RabbitMqDelivery, operation: JobSettlement) -> str | None:
+        """Why the delivery can no longer be settled here (None: it can). Call under the lock."""
+        name = operation.value
         if handle.session is not self._session or not handle.session.usable():
-            raise ConnectionFailedError(
+            return (
                 f"{name}() named a delivery of an AMQP connection that has since closed; nothing was sent. "
                 "The broker requeued the delivery when that connection dropped, with its attempt count unchanged"
             )
         if handle.tag not in handle.session.unsettled:
-            raise InvalidQueueArgumentError(
-                f"{name}() named a delivery this queue has already settled; nothing was sent"
-            )
-        return handle
+            return f"{name}() named a delivery this queue has already settled; nothing was sent"
+        return None
+
+    def _live(self, job: QueuedJob, operation: JobSettlement) -> RabbitMqDelivery:
+        """The receipt, if the delivery it names can still be settled; checked before any I/O."""
+        handle = self._receipt(job, operation)
+        reason = self._stale(handle, operation)
+        if reason is None:
+            return handle
+        if handle.session is not self._session or not handle.session.usable():
+            raise ConnectionFailedError(reason)
+        raise InvalidQueueArgumentError(reason)
 
     def _decode(self, session: Session, queue: str, tag: int, message: Any) -> QueuedJob:
         body = message.body

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import threading
-from collections.abc import Callable
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 from urllib.parse import quote, unquote, urlsplit
 
 import amqp
-from amqp import method_framing
+from amqp import method_framing, spec
 
 from kinetis_queue.exceptions import QueueConfigurationError
 
@@ -31,7 +35,7 @@ CONNECT_TIMEOUT: Final = 10.0
 OPERATION_TIMEOUT: Final = 30.0
 #: How long one pump tick waits for an incoming frame (the lock is held meanwhile).
 PUMP_READ_TIMEOUT: Final = 0.001
-#: Frames one pump tick reads at most (heartbeats are one frame per half interval).
+#: Methods one drain (a pump tick, a sweep) dispatches at most: a delivery with its content is one.
 PUMP_MAX_FRAMES: Final = 100
 
 
@@ -94,6 +98,8 @@ def _ssl_options(params: ConnectionParams) -> dict[str, Any] | bool:
     return {"context": {"check_hostname": True}, "server_hostname": params.host}
 
 
+_BASIC_PUBLISH: Final = spec.Basic.Publish
+
 #: AMQP's frame type of a content header.
 _CONTENT_HEADER = 2
 #: A content header's fixed part: class-id (2 bytes), weight (2) and body size (8); property flags follow.
@@ -129,9 +135,11 @@ def tolerant_frame_handler(connection: Any, callback: Any, **kwargs: Any) -> Cal
 class Session:
     """An open connection with a channel for deliveries and a confirm-mode channel for the rest.
 
-    ``deliveries`` only runs ``basic.get``, ``basic.ack`` and ``basic.reject``; ``publisher``
-    publishes (every publish mandatory, persistent and confirmed) and declares, counts, purges
-    and deletes. A delivery tag is scoped to its channel, so a receipt names this Session.
+    ``deliveries`` holds one consumer per queue a pop has asked for (each with its own prefetch,
+    see ``consume()``) and also runs ``basic.get``, ``basic.ack`` and ``basic.reject``;
+    ``publisher`` publishes (every publish mandatory, persistent and confirmed) and declares,
+    counts, purges and deletes. A delivery tag is scoped to its channel, so a receipt names this
+    Session.
     """
 
     def __init__(self, params: ConnectionParams, heartbeat: int, name: str) -> None:
@@ -152,14 +160,32 @@ class Session:
             self.connection.connect()
             self.deliveries = self.connection.channel()
             self.publisher = self.connection.channel()
+            self.publisher.confirm_select()
         except BaseException:
             self.connection.collect()
             raise
-        #: Reply codes of messages the broker returned since the last publish began.
-        self.returned: list[int] = []
+        #: (reply code, message id) of messages the broker returned since the last publish began.
+        self.returned: list[tuple[int, str | None]] = []
         self.publisher.events["basic_return"].add(self._on_return)
-        #: Delivery tags popped on ``deliveries`` and not settled yet.
-        self.unsettled: set[int] = set()
+        #: Publisher confirms: the sequence number the next publish gets (the broker counts from 1
+        #: after confirm.select), the numbers not answered yet, and those answered with a nack.
+        self.next_seq = 1
+        self.unconfirmed: set[int] = set()
+        self.nacked: set[int] = set()
+        self.publisher.events["basic_ack"].add(self._on_confirm)
+        self.publisher.events["basic_nack"].add(partial(self._on_confirm, nack=True))
+        #: Delivery tags received on ``deliveries`` and not settled yet, each with the consumer tag
+        #: that received it ("" for a basic.get).
+        self.unsettled: dict[int, str] = {}
+        #: Consumer deliveries not settled yet, per consumer tag (the broker's prefetch counts them).
+        self.outstanding: dict[str, int] = {}
+        #: The consumer of each queue, and the per-consumer prefetch it was started with.
+        self.consumers: dict[str, str] = {}
+        self.prefetch = 0
+        #: Deliveries a consumer received and no pop has handed out yet, per queue, in arrival order.
+        self.buffers: dict[str, deque[Any]] = {}
+        #: Ids of jobs this connection gave back with unreserve(): their redelivery keeps its place.
+        self.given_back: set[str] = set()
         #: Queues declared on this connection, and the highest ladder tier declared for each.
         self.declared: set[str] = set()
         self.ladders: dict[str, int] = {}
@@ -167,11 +193,152 @@ class Session:
         #: The process that opened the connection: a forked child must not use (or shut) its socket.
         self.pid = os.getpid()
         self._pump: HeartbeatPump | None = None
+        #: A pipe a delivery read by another thread writes to, to end a wait() at once.
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+        self.waiting = False
 
     def _on_return(self, exc: Exception, exchange: str, routing_key: str, message: Any) -> None:
         # RabbitMQ sends basic.return before the basic.ack of the same publish, so this has run by
         # the time the confirming publish returns (notes: "The return-handler pattern").
-        self.returned.append(int(getattr(exc, "reply_code", 0) or 0))
+        message_id = getattr(message, "properties", {}).get("message_id")
+        self.returned.append((int(getattr(exc, "reply_code", 0) or 0), message_id))
+
+    def _on_confirm(self, tag: int, multiple: bool, *, nack: bool = False) -> None:
+        answered = {seq for seq in self.unconfirmed if seq <= tag} if multiple else {tag} & self.unconfirmed
+        self.unconfirmed -= answered
+        if nack:
+            self.nacked |= answered
+
+    # -- publishing ---------------------------------------------------------------------------------
+
+    def publish_all(self, batch: Sequence[tuple[Any, str, str]], timeout: float) -> tuple[int, list[int]]:
+        """Publish every ``(message, exchange, routing_key)`` (mandatory), then wait once for all the
+        confirmations. Call under the lock.
+
+        Returns the first sequence number used and those not confirmed: nacked, or unanswered when
+        ``timeout`` ran out (then raises TimeoutError). Returned (unroutable) messages are in
+        ``returned``, which this clears first. py-amqp's ``basic_publish_confirm`` waits for one
+        answer per publish; a batch waits for one round trip in all.
+        """
+        self.returned.clear()
+        self.nacked.clear()
+        first = self.next_seq
+        # basic.publish written straight: py-amqp's basic_publish() also tries a zero-timeout read
+        # before every publish (for connection.blocked notices, which this backend does not use),
+        # a sixth of a batch's time; the confirmations are read once, below.
+        send = self.publisher.send_method
+        for message, exchange, routing_key in batch:
+            seq = self.next_seq
+            self.next_seq += 1
+            self.unconfirmed.add(seq)
+            send(_BASIC_PUBLISH, "Bssbb", (0, exchange, routing_key, True, False), message)
+        last = self.next_seq - 1
+        deadline = time.monotonic() + timeout
+        while any(seq <= last for seq in self.unconfirmed):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{sum(1 for seq in self.unconfirmed if seq <= last)} publishes unanswered")
+            self.connection.drain_events(timeout=left)
+        return first, sorted(self.nacked)
+
+    # -- consumers ----------------------------------------------------------------------------------
+
+    def consume(self, queues: Sequence[str], prefetch: int) -> None:
+        """Have a consumer with at least ``prefetch`` on each of ``queues``. Call under the lock.
+
+        The prefetch is per consumer (``basic.qos`` with global false, which applies to consumers
+        started after it): raising it cancels every consumer and starts them again, in priority
+        order, so a higher queue's waiting jobs are sent first. Deliveries received before a
+        cancel stay held and buffered.
+        """
+        if prefetch > self.prefetch:
+            for tag in list(self.consumers.values()):
+                self.deliveries.basic_cancel(tag)
+            self.consumers.clear()
+            self.deliveries.basic_qos(0, prefetch, False)
+            self.prefetch = prefetch
+        for queue in queues:
+            if queue not in self.consumers:
+                self.buffers.setdefault(queue, deque())
+                tag = self.deliveries.basic_consume(
+                    queue,
+                    callback=partial(self._on_delivery, queue),
+                    on_cancel=partial(self._on_cancel, queue),
+                )
+                self.consumers[queue] = tag
+                self.outstanding.setdefault(tag, 0)
+
+    def saturated(self, queue: str) -> bool:
+        """Whether the queue's consumer holds its full prefetch (the broker sends it nothing more)."""
+        tag = self.consumers.get(queue)
+        return tag is None or self.outstanding.get(tag, 0) >= self.prefetch
+
+    def _on_delivery(self, queue: str, message: Any) -> None:
+        tag = message.delivery_info["delivery_tag"]
+        consumer = message.delivery_info.get("consumer_tag", "")
+        self.unsettled[tag] = consumer
+        self.outstanding[consumer] = self.outstanding.get(consumer, 0) + 1
+        self.buffers.setdefault(queue, deque()).append(message)
+        if self.waiting:
+            try:
+                os.write(self._wake_write, b"\0")
+            except BlockingIOError:  # pragma: no cover - 64 KiB of unread wake-ups: the waiter is awake already
+                pass
+
+    def _on_cancel(self, queue: str, consumer_tag: str) -> None:
+        # The broker cancelled the consumer (its queue was deleted): the next sweep declares the
+        # queue again and starts a new one.
+        self.consumers = {name: tag for name, tag in self.consumers.items() if tag != consumer_tag}
+        self.forget(queue)
+
+    def received(self, tag: int) -> None:
+        """Note a basic.get delivery as held."""
+        self.unsettled[tag] = ""
+
+    def settled(self, tag: int) -> None:
+        """Note a delivery as settled (acked or rejected): its consumer may be sent another."""
+        consumer = self.unsettled.pop(tag, None)
+        if consumer:
+            self.outstanding[consumer] -= 1
+
+    def buffered(self, queues: Sequence[str]) -> bool:
+        return any(self.buffers.get(queue) for queue in queues)
+
+    def wait_readable(self, seconds: float) -> None:
+        """Block up to ``seconds`` until the socket has data or a delivery was buffered by another
+        thread. Call WITHOUT the lock: other threads use the connection meanwhile."""
+        sock = self.connection.sock
+        pending = getattr(sock, "pending", None)
+        if pending is not None and pending():  # pragma: no cover - TLS only; the test broker has no TLS listener
+            return  # bytes TLS already decrypted are not readable on the socket
+        try:
+            select.select([sock, self._wake_read], [], [], seconds)
+        except (OSError, ValueError, TypeError):  # pragma: no cover - closed by another thread during the wait
+            return  # the next call under the lock finds the connection gone
+        try:
+            os.read(self._wake_read, 4096)  # what is left over only wakes the next wait early
+        except BlockingIOError:
+            pass
+
+    def readable(self) -> bool:
+        """Whether a frame may be waiting to be read: the socket (or TLS's decrypted bytes) has data."""
+        sock = self.connection.sock
+        pending = getattr(sock, "pending", None)
+        if pending is not None and pending():  # pragma: no cover - TLS only; the test broker has no TLS listener
+            return True
+        return bool(select.select([sock], [], [], 0)[0])
+
+    def drain(self) -> None:
+        """Dispatch every frame already received, without waiting for more. Call under the lock."""
+        for _ in range(PUMP_MAX_FRAMES):
+            if not self.readable():
+                break
+            try:
+                self.connection.drain_events(timeout=PUMP_READ_TIMEOUT)
+            except TimeoutError:
+                break
 
     @property
     def heartbeat(self) -> float:
@@ -206,11 +373,7 @@ class Session:
         Called with the lock held. A frame that is not a heartbeat is dispatched as py-amqp
         always does: a channel or connection close raises here, and the caller discards us.
         """
-        for _ in range(PUMP_MAX_FRAMES):
-            try:
-                self.connection.drain_events(timeout=PUMP_READ_TIMEOUT)
-            except TimeoutError:
-                break
+        self.drain()
         # rate=4: send when a quarter interval passed without traffic; raises ConnectionForced when
         # nothing came from the broker for two intervals.
         self.connection.heartbeat_tick(rate=4)
@@ -230,16 +393,15 @@ class Session:
             return  # inherited through fork(): shutting the socket would end the parent's connection
         if self._pump is not None:
             self._pump.stop()
+        os.close(self._wake_read)
+        os.close(self._wake_write)
         if graceful:
             try:
                 self.connection.close()
                 return
             except Exception as exc:  # a dead socket: shutting it is all that is left to do
                 logger.debug("RabbitMQ connection close failed (%s); shutting the socket", type(exc).__name__)
-        try:
-            self.connection.collect()
-        except (OSError, AttributeError):  # already torn down
-            pass
+        self.connection.collect()  # py-amqp swallows the socket's errors and skips what is already torn down
 
     def join_pump(self, timeout: float) -> None:
         """Wait for the pump thread to end (it does within one tick of close())."""
@@ -278,7 +440,7 @@ class HeartbeatPump(threading.Thread):
             if not self._lock.acquire(timeout=self.interval):
                 continue
             try:
-                if self._session.closed:
+                if self._session.closed:  # pragma: no cover - closed between the stop flag's check and the lock
                     return
                 self._session.service()
             except BaseException as exc:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -63,6 +64,10 @@ class Connection(Protocol):
     def can_read(self, timeout: float = 0) -> bool: ...
     def disconnect(self) -> None: ...
     def send_command(self, *args: Any) -> None: ...
+
+    #: The socket (redis-py's own attribute): wait_any() selects on several at once.
+    _sock: Any
+
     def read_response(self) -> Any: ...
 
 
@@ -109,6 +114,15 @@ class RedisClient:
     share of a command's time on a local server (``python -m bench.redis`` shows it). A connection
     found closed or holding unread data is reopened before anything is
     written, as redis-py's pool does.
+
+    A blocking command (``wait_any()``: BLMOVE) holds its connection, like any command, while it
+    blocks on the server, so it never delays another thread's command; its reply is awaited for
+    ``reply_within`` seconds (longer than the block) instead of the socket timeout, which may be
+    shorter than the block.
+
+    Thread safety: a connection is used by one thread at a time (taken from an idle list with
+    ``list.pop()``, given back with ``list.append()``, each atomic), and the lists of opened
+    connections change under a lock; ``tests/specific/test_redis_threads.py`` hammers it.
     """
 
     def __init__(self, factory: Callable[[], Connection]) -> None:
@@ -125,24 +139,83 @@ class RedisClient:
             self._forget()  # forked: the parent's sockets are the parent's
         idle = self._idle  # where the connection goes back to: close() starts a new list
         conn = self._take(idle, what)
+        answered = False
         try:
             try:
                 conn.send_command(*args)
             except _Errors as exc:
                 raise ConnectionFailedError(f"Redis {what} was not sent: the write failed ({exc})") from exc
             try:
-                return conn.read_response()
+                reply = conn.read_response()
+            except redis.ResponseError:
+                answered = True  # an error reply is a whole reply: the connection is clean
+                raise
             except _Errors as exc:
                 raise OutcomeUnknownError(
                     f"Redis {what} was sent and no reply came ({exc}); it may or may not have been applied"
                 ) from exc
+            answered = True
+            return reply
         finally:
-            idle.append(conn)  # one that failed was disconnected by redis-py: it reconnects on next use
+            self._give_back(idle, conn, answered)
+
+    def wait_any(self, commands: Sequence[Sequence[Any]], reply_within: float, what: str) -> list[Any]:
+        """Send each blocking command on a connection of its own; return the replies read once one or
+        more of them have replied, or ``[]`` when none did within ``reply_within`` seconds. Never re-sent.
+
+        A connection whose reply was not read (its command still
+        blocked on the server) is closed, so no later command can read that reply as its own.
+        ConnectionFailedError when a command could not be sent, OutcomeUnknownError when reading
+        failed.
+        """
+        if self._pid != os.getpid():
+            self._forget()
+        idle = self._idle
+        sent: list[Connection] = []
+        answered: set[int] = set()
+        try:
+            for command in commands:
+                conn = self._take(idle, what)
+                sent.append(conn)
+                try:
+                    conn.send_command(*command)
+                except _Errors as exc:
+                    raise ConnectionFailedError(f"Redis {what} was not sent: the write failed ({exc})") from exc
+            try:
+                if len(sent) == 1:
+                    ready = [0] if sent[0].can_read(timeout=reply_within) else []
+                else:
+                    index = {conn._sock: number for number, conn in enumerate(sent)}
+                    readable, _, _ = select.select(list(index), [], [], reply_within)
+                    ready = [index[sock] for sock in readable]
+                replies = []
+                for number in ready:
+                    replies.append(sent[number].read_response())
+                    answered.add(number)
+            except _Errors as exc:
+                raise OutcomeUnknownError(f"Redis {what} was sent and its reply could not be read ({exc})") from exc
+            return replies
+        finally:
+            for number, conn in enumerate(sent):
+                self._give_back(idle, conn, number in answered)
+
+    @staticmethod
+    def _give_back(idle: list[Connection], conn: Connection, answered: bool) -> None:
+        """Put ``conn`` back in ``idle``, closed first unless every reply it was sent for was read.
+
+        redis-py closes a connection whose read or write failed, even on an exception raised in
+        the middle (a signal handler's, such as the worker's job timeout). Between the write and
+        the read nothing does: a reply still on its way there would be read by the connection's
+        next command as its own, and ``_take``'s check cannot see a reply that has not come yet.
+        """
+        if not answered:
+            conn.disconnect()
+        idle.append(conn)
 
     def _take(self, idle: list[Connection], what: str) -> Connection:
         """An idle connection, connected and clean; ConnectionFailedError when none can be had."""
         try:
-            conn = idle.pop()  # atomic under the GIL, like the append() that gives it back
+            conn = idle.pop()  # atomic (under the GIL, and per object without it), like append()
         except IndexError:
             conn = self._factory()
             with self._lock:

@@ -12,17 +12,28 @@ from kinetis_queue.backends.redis import scripts
 from kinetis_queue.backends.redis.client import RedisClient, cache_connection, connection_factory
 from kinetis_queue.backends.redis.options import OPTIONS
 from kinetis_queue.backends.redis.restart import RedisRestartMarker
+from kinetis_queue.backends.redis.slots import RedisSlots
+from kinetis_queue.backends.redis.unique import RedisLocks
 from kinetis_queue.conf import ConnectionSettings
 from kinetis_queue.contracts import (
     ClearableQueue,
     DisposableQueue,
     JobSettlement,
+    PreparedPush,
     QueuedJob,
     QueueStats,
     RenewableQueue,
+    Reserved,
 )
-from kinetis_queue.envelope import Envelope, decode_envelope, settle_if_malformed
-from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedQueuedJobDataError, StaleJobHandleError
+from kinetis_queue.envelope import Envelope, decode_envelope
+from kinetis_queue.exceptions import (
+    ConnectionFailedError,
+    InvalidQueueArgumentError,
+    MalformedJobSettledError,
+    MalformedQueuedJobDataError,
+    OutcomeUnknownError,
+    StaleJobHandleError,
+)
 from kinetis_queue.validation import QUEUE_NAME
 
 logger = logging.getLogger("kinetis_queue.redis")
@@ -33,6 +44,14 @@ DELAYED_PROMOTION_BATCH_SIZE = 100
 LEASE_RECLAIM_BATCH_SIZE = 100
 #: The last part of each of a queue's keys (QueueKeys), which queue_names() looks for.
 KEY_KINDS = frozenset((b"pending", b"delayed", b"leased"))
+#: The shortest wait ``_wait`` blocks on the server for: Redis counts a BLMOVE timeout in whole
+#: milliseconds, and one that rounds to 0 would block for ever.
+SHORTEST_BLOCK = 0.002
+#: Seconds a wait's BLMOVE reply may come after its block ends before the wait is given up as a
+#: stalled server: short, so a stall costs a pop little more than one socket timeout (its next sweep's).
+WAIT_REPLY_MARGIN = 0.25
+#: Seconds the outbox relay's markers live (relay_push.lua): a resend within this long is recognised and skipped.
+RELAY_DEDUPE_FOR = 3600
 #: Keys one SCAN call examines (a hint to the server) while queue_names() lists the queues.
 SCAN_COUNT = 1000
 
@@ -68,6 +87,11 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     expired leases (attempts + 1, a new handle), at most 100 of each per sweep; there is no reaper.
     Transport: a command is never re-sent; ConnectionFailedError means it was never sent,
     OutcomeUnknownError that its reply was lost (client.py). Only a standalone server is supported.
+
+    Batches: pop_many() reserves up to its limit per queue in one sweep.lua call, ack_many() is one
+    ack_many.lua call, push_many() one push_many.lua call. Wake-up: a pop whose sweep found nothing
+    blocks until a pending list it watches is not empty (``_wait``), so a push costs nothing more.
+    Thread-safe: the client hands each command a connection of its own.
     """
 
     backend_name = "redis"
@@ -89,6 +113,8 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         self.prefix = prefix
         self._visibility_timeout = visibility_timeout
         self._keys: dict[str, QueueKeys] = {}
+        self._locks = RedisLocks(self)
+        self._slots = RedisSlots(self)
 
     @classmethod
     def from_settings(cls, settings: ConnectionSettings) -> Self:
@@ -122,6 +148,14 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     def visibility_timeout(self) -> int:
         return self._visibility_timeout
 
+    def lock_store(self) -> RedisLocks:
+        """Unique jobs' locks on this server, written by the push's script (kinetis_queue/backends/redis/unique.py)."""
+        return self._locks
+
+    def slot_store(self) -> RedisSlots:
+        """Concurrency slots on this server (kinetis_queue/backends/redis/slots.py)."""
+        return self._slots
+
     def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
         keys = self.keys(queue)
         if delay > 0:
@@ -130,29 +164,102 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         else:
             self._client.execute("LPUSH", keys.pending, envelope.to_json())
 
+    def _push_many(self, prepared: Sequence[PreparedPush]) -> None:
+        """One round trip for the whole batch, run whole: one LPUSH (or ZADD) with every envelope when
+        they share a queue and all are immediate (or all delayed), else one push_many.lua call."""
+        first = prepared[0]
+        if all(item.queue == first.queue for item in prepared):
+            own = self.keys(first.queue)
+            if all(item.delay <= 0 for item in prepared):
+                # LPUSH a b c leaves c at the head: a, the first given, is the first reserved.
+                self._client.execute("LPUSH", own.pending, *(item.envelope.to_json() for item in prepared))
+                return
+            if all(item.delay > 0 for item in prepared):
+                scored = ((item.envelope.pushed_at + item.delay, item.envelope.to_json()) for item in prepared)
+                self._client.execute("ZADD", own.delayed, *(value for pair in scored for value in pair))
+                return
+        numbers: dict[str, int] = {}
+        keys: list[str] = []
+        args: list[float | int | str] = []
+        for item in prepared:
+            number = numbers.get(item.queue)
+            if number is None:
+                number = numbers[item.queue] = len(numbers) + 1
+                keys += self.keys(item.queue)[:2]
+            ready_at: float | str = item.envelope.pushed_at + item.delay if item.delay > 0 else ""
+            args += (number, ready_at, item.envelope.to_json())
+        self._client.script(scripts.PUSH_MANY, keys, args)
+
+    def store_many(self, prepared: Sequence[PreparedPush]) -> None:
+        """The outbox relay's send: one relay_push.lua call, which skips an envelope a killed relay had
+        already stored (its marker, kept RELAY_DEDUPE_FOR seconds) instead of storing it twice."""
+        if not prepared:
+            return
+        numbers: dict[str, int] = {}
+        queue_keys: list[str] = []
+        markers: list[str] = []
+        args: list[float | int | str] = []
+        now = time.time()
+        for item in prepared:
+            number = numbers.get(item.queue)
+            if number is None:
+                number = numbers[item.queue] = len(numbers) + 1
+                queue_keys += self.keys(item.queue)[:2]
+            envelope = item.envelope
+            markers.append(f"{self.prefix}kinetis_queue:relayed:{envelope.id}:{envelope.pushed_at!r}")
+            ready_at: float | str = now + item.delay if item.delay > 0 else ""  # what is left of it, from now
+            args += (number, ready_at, envelope.to_json())
+        self._client.script(scripts.RELAY_PUSH, [*queue_keys, *markers], [len(queue_keys), RELAY_DEDUPE_FOR, *args])
+
     def _sweep(self, queues: tuple[str, ...]) -> QueuedJob | None:
         for queue in queues:
-            found = self._probe(queue)
-            if found is not None:
-                return found
+            jobs, malformed = self._probe(queue, 1)
+            if malformed:
+                raise malformed[0]
+            if jobs:
+                return jobs[0]
         return None
 
-    def _probe(self, queue: str) -> QueuedJob | None:
-        """One queue's part of a sweep: promote, reclaim, reserve (sweep.lua, then reclaim.lua if due)."""
+    def _sweep_many(self, queues: tuple[str, ...], limit: int) -> Reserved:
+        """Each queue in priority order, until ``limit`` deliveries: a lower one only when the higher
+        ones gave fewer (as successive pops would); one sweep.lua call per queue reached."""
+        found = Reserved()
+        for queue in queues:
+            jobs, malformed = self._probe(queue, limit - len(found.jobs) - len(found.malformed))
+            found.jobs.extend(jobs)
+            found.malformed.extend(malformed)
+            if len(found.jobs) + len(found.malformed) >= limit:
+                break
+        return found
+
+    def _probe(self, queue: str, limit: int) -> tuple[list[QueuedJob], list[MalformedJobSettledError]]:
+        """One queue's part of a sweep: promote, reclaim, reserve up to ``limit`` (sweep.lua, then
+        reclaim.lua and sweep.lua again if leases had expired); malformed ones removed and reported."""
         keys = self.keys(queue)
         sweep_args = (time.time(), self._visibility_timeout)
         batches = (DELAYED_PROMOTION_BATCH_SIZE, LEASE_RECLAIM_BATCH_SIZE)
-        reserved, *expired = self._client.script(scripts.SWEEP, keys, (*sweep_args, *batches))
-        if expired and self._reclaim(queue, keys, expired) and reserved is None:
-            # What was just reclaimed is on the pending tail: reserve it now, without a second
-            # promotion or reclaim round (at most one batch of each per sweep).
-            reserved, *_ = self._client.script(scripts.SWEEP, keys, (*sweep_args, 0, 0))
-        if reserved is None:
-            return None
-        return settle_if_malformed(
-            lambda: self._delivery(queue, reserved),
-            lambda: self._client.execute("ZREM", keys.leased, reserved, what="removal of a malformed job"),
-        )
+        reserved, *expired = self._client.script(scripts.SWEEP, keys, (*sweep_args, *batches, limit))
+        if expired and self._reclaim(queue, keys, expired) and len(reserved) < limit:
+            # What was just reclaimed is on the pending tail, reserved next as successive pops
+            # would (sweep.lua reserved one at most): reserve now, without a second promotion or
+            # reclaim round (at most one batch of each per sweep).
+            more, *_ = self._client.script(scripts.SWEEP, keys, (*sweep_args, 0, 0, limit - len(reserved)))
+            reserved += more
+        jobs: list[QueuedJob] = []
+        malformed: list[MalformedJobSettledError] = []
+        broken: list[bytes] = []
+        for member in reserved:
+            try:
+                jobs.append(self._delivery(queue, member))
+            except MalformedQueuedJobDataError as exc:
+                # Contract, "Malformed stored messages": removed, then reported as settled.
+                error = MalformedJobSettledError(f"a reserved message was malformed and has been removed: {exc}")
+                error.__cause__ = exc
+                malformed.append(error)
+                broken.append(member)
+        if broken:
+            self._client.execute("ZREM", keys.leased, *broken, what="removal of a malformed job")
+        return jobs, malformed
 
     def _reclaim(self, queue: str, keys: QueueKeys, expired: Sequence[bytes]) -> int:
         """Return expired leases to pending with attempts + 1; remove those that no longer decode."""
@@ -180,6 +287,33 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     def fail(self, job: QueuedJob) -> None:
         self._remove(job, JobSettlement.FAIL)
 
+    def _ack_many(self, jobs: Sequence[QueuedJob]) -> list[StaleJobHandleError | None]:
+        """One ack_many.lua call for every delivery, whatever their queues; each ZREM fenced on its own."""
+        handles = [self._handle(job).member for job in jobs]  # every handle checked before any I/O
+        numbers: dict[str, int] = {}
+        keys: list[str] = []
+        args: list[int | str] = []
+        for job, member in zip(jobs, handles, strict=True):
+            number = numbers.get(job.queue)
+            if number is None:
+                number = numbers[job.queue] = len(numbers) + 1
+                keys.append(self.keys(job.queue).leased)
+            args += (number, member)
+        removed = self._client.script(scripts.ACK_MANY, keys, args)
+        return [None if n == 1 else StaleJobHandleError(JobSettlement.ACK) for n in removed]
+
+    def _unreserve(self, job: QueuedJob, delay: float) -> None:
+        """The same envelope back (no attempt charged), fenced (unreserve.lua): on the pending tail, or in
+        the delayed set scored by this process's clock when ``delay`` is set."""
+        member = self._handle(job).member
+        keys = self.keys(job.queue)
+        ready_at: float | str = time.time() + delay if delay > 0 else ""
+        given_back = self._client.script(
+            scripts.UNRESERVE, (keys.leased, keys.pending, keys.delayed), (member, ready_at)
+        )
+        if given_back != 1:
+            raise StaleJobHandleError(JobSettlement.UNRESERVE)
+
     def _remove(self, job: QueuedJob, operation: JobSettlement) -> None:
         removed = self._client.execute("ZREM", self.keys(job.queue).leased, self._handle(job).member)
         if removed != 1:
@@ -201,6 +335,32 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         )
         if released != 1:
             raise StaleJobHandleError(JobSettlement.RELEASE)
+
+    def _wait(self, queues: tuple[str, ...], seconds: float) -> None:
+        """Block until one of the queues' pending lists is not empty, for ``seconds`` at most.
+
+        Each pending list gets ``BLMOVE pending pending RIGHT RIGHT``, on a connection of its own:
+        it returns once the list holds a job and moves its tail to where it was, so it changes
+        nothing and consumes nothing, and a push, push_many(), immediate release() or unreserve()
+        wakes it with no extra command of its own. Nothing is lost between the empty sweep and the
+        wait: a job that arrived in between makes BLMOVE return at once. Every waiting worker
+        wakes (then one reserves the job); ``seconds`` (the pause, at most SWEEP_PAUSE) still
+        bounds the wait, so a delayed job becoming due starts within a pause. The reply is awaited
+        for the block plus WAIT_REPLY_MARGIN, not the socket timeout (which may be shorter). A
+        transport failure here only ends the pause early in effect: the rest is slept, and the
+        next sweep reports it.
+        """
+        if seconds < SHORTEST_BLOCK:
+            time.sleep(seconds)
+            return
+        started = time.monotonic()
+        block = f"{seconds:.3f}"
+        pending = [self.keys(queue).pending for queue in queues]
+        commands = [("BLMOVE", key, key, "RIGHT", "RIGHT", block) for key in pending]
+        try:
+            self._client.wait_any(commands, seconds + WAIT_REPLY_MARGIN, what="wait")
+        except (ConnectionFailedError, OutcomeUnknownError):
+            time.sleep(max(0.0, seconds - (time.monotonic() - started)))
 
     def renew(self, job: QueuedJob) -> None:
         # Contract, "Reservation renewal": ZADD ... XX never adds a settled delivery back, and its

@@ -25,10 +25,18 @@ def _load(name: str) -> Script:
     return Script(name, text, hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest())
 
 
+PUSH_MANY = _load("push_many")
 SWEEP = _load("sweep")
+ACK_MANY = _load("ack_many")
+UNRESERVE = _load("unreserve")
 RECLAIM = _load("reclaim")
 RELEASE = _load("release")
 RENEW = _load("renew")
 SIZE = _load("size")
 STATS = _load("stats")
 CLEAR = _load("clear")
+PUSH_UNIQUE = _load("push_unique")
+RELEASE_UNIQUE = _load("release_unique")
+ACQUIRE_SLOT = _load("acquire_slot")
+RENEW_SLOT = _load("renew_slot")
+RELAY_PUSH = _load("relay_push")

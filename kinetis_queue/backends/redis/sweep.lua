@@ -1,4 +1,4 @@
--- sweep: one pop() probe of one queue: promote due delayed jobs, find expired leases, reserve the pending tail.
+-- sweep: one probe of one queue: promote due delayed jobs, find expired leases, reserve from the pending tail.
 --
 -- Fused because every pop() runs all three steps on every queue it watches: as three scripts a
 -- reserving pop costs three round trips, as one it costs one (`python -m bench.redis` measures the
@@ -10,8 +10,11 @@
 -- re-encode the job's numbers with 14 significant digits, so the caller writes the replacement in
 -- Python (decoding the JSON strictly) and applies it with reclaim.lua, fenced on the exact leased
 -- envelope.
--- Reserve adds the pending tail to leased before removing it from pending, so a failing leased key
--- cannot destroy the only copy.
+-- Reserve takes up to ARGV[5] envelopes from the pending tail, in the order successive pops would,
+-- each leased with its own score (Redis TIME + the visibility timeout); they are added to leased
+-- before they leave pending, so a failing leased key cannot destroy the only copy. When expired
+-- leases were found it reserves one at most: successive pops would reserve the reclaimed jobs
+-- next (reclaim puts them on the tail), so the caller reclaims them and asks again.
 --
 -- KEYS[1] = kinetis_queue:{queue}:pending   (list; pushed at the head, reserved from the tail)
 -- KEYS[2] = kinetis_queue:{queue}:delayed   (sorted set scored by ready-at time)
@@ -20,7 +23,8 @@
 -- ARGV[2] = visibility timeout in seconds (the lease length)
 -- ARGV[3] = most due envelopes to promote (0: none)
 -- ARGV[4] = most expired leases to return (0: none)
--- Returns { reserved envelope or false, expired leased envelope, ... }
+-- ARGV[5] = most envelopes to reserve (1 or more)
+-- Returns { { reserved envelope, ... } in reservation order, expired leased envelope, ... }
 
 local promote, reclaim = tonumber(ARGV[3]), tonumber(ARGV[4])
 if promote > 0 then
@@ -34,7 +38,7 @@ end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 
-local result = { false }
+local result = { {} }
 if reclaim > 0 then
     local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, reclaim)
     for i = 1, #expired do
@@ -42,10 +46,18 @@ if reclaim > 0 then
     end
 end
 
-local envelope = redis.call('LINDEX', KEYS[1], -1)
-if envelope then
-    redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), envelope)
-    redis.call('RPOP', KEYS[1])
-    result[1] = envelope
+local count = tonumber(ARGV[5])
+if #result > 1 then
+    count = 1
+end
+local tail = redis.call('LRANGE', KEYS[1], -count, -1)
+if #tail > 0 then
+    local expiry = now + tonumber(ARGV[2])
+    local reserved = result[1]
+    for i = #tail, 1, -1 do
+        redis.call('ZADD', KEYS[3], expiry, tail[i])
+        reserved[#reserved + 1] = tail[i]
+    end
+    redis.call('LTRIM', KEYS[1], 0, -#tail - 1)
 end
 return result

@@ -1,23 +1,36 @@
-"""THE claim: how pop() reserves one row, per database, side by side.
+"""THE claim: how pop() and pop_many() reserve rows, per database, side by side.
 
-Each pop() attempt is one reservation (contract: "Backend mechanisms: SQL"):
+Each sweep is one reservation of up to ``limit`` rows (contract: "Backend mechanisms: SQL"):
 
 - A row is claimable when it is on one of the requested queues, its ``available_at`` has passed
   (delayed push and delayed release write the same column), and it is either unreserved or
   reserved longer ago than the visibility timeout (its worker stopped renewing).
-- Priority is list order through a portable CASE expression, then ``id`` (FIFO).
-- The claim writes ``reserved_at`` and a fresh random ``reserved_token``, and adds one to
-  ``attempts`` when the row was an expired reservation: that delivery counts as an attempt.
+- Priority is list order, then ``id`` (FIFO): every queue is read through the ``(queue, id)`` index
+  on its own, in priority order, so a claim never sorts the ready rows (see "Plan stability").
+- The claim writes ``reserved_at`` and a fresh random ``reserved_token`` per row (128 bits, so
+  a token names one reservation of one row: the batched fences in queue.py rely on it), and adds
+  one to ``attempts`` when the row was an expired reservation: that lost delivery counts as an
+  attempt. A fresh, released or unreserved row (token NULL) is not charged here.
 
-PostgreSQL does it in one statement (the SKIP LOCKED subquery locks the row the UPDATE writes), so
-a claim is one round trip and one commit. MySQL 8 / MariaDB 10.6+ have SKIP LOCKED but no
-``UPDATE ... RETURNING``, so they lock with ``SELECT ... FOR UPDATE SKIP LOCKED`` and write with an
-``UPDATE`` by primary key in one transaction, one SELECT per queue in priority order: ordered by a
-CASE expression, a SELECT is a filesort, for which InnoDB locks every matching row it reads, so a
-concurrent claim skipped them all (priority inversions and empty pops under contention,
-tests/faults/test_races.py G2); ordered by the ``(queue, id)`` index, it locks the row it returns.
-SQLite has no row locks: its writers are serialized, so one guarded ``UPDATE ... RETURNING`` whose
-WHERE repeats the claimability test cannot claim a row another claim took first.
+PostgreSQL does it in one statement: a LATERAL subquery per requested queue (in list order) locks
+rows under SKIP LOCKED until ``limit`` are found, and the UPDATE writes exactly those; a claim is
+one round trip and one commit whatever ``limit`` is. MySQL 8 / MariaDB 10.6+ have SKIP LOCKED but
+no ``UPDATE ... RETURNING``, so they lock with ``SELECT ... FOR UPDATE SKIP LOCKED`` (one per queue
+in priority order, until ``limit`` rows are held) and write them all with one ``UPDATE`` by primary
+key in the same transaction. Ordered by the ``(queue, id)`` index, a locking SELECT locks the rows
+it returns; ordered by an expression, it would be a filesort, for which InnoDB locks every matching
+row it reads, so a concurrent claim skipped them all (tests/faults/test_races.py G2). SQLite has no
+row locks: its writers are serialized, so one guarded ``UPDATE ... RETURNING`` whose WHERE repeats
+the claimability test cannot claim a row another claim took first.
+
+Plan stability (PostgreSQL): the queue table's statistics are usually stale (analyzed while nearly
+empty, then a burst of jobs arrives), and a planner that believes few rows are ready scans and sorts
+every ready row for each claim (2.7 ms instead of 0.12 ms at 5,000 ready rows; issue 14). Two things
+keep the claim on its index whatever the statistics say: the query shape (each queue's rows read in
+``id`` order from the ``(queue, id)`` index, the queue name a parameter of the LATERAL subquery, so
+the ORDER BY matches the index) and the worker's own connection, which runs only this module's and
+queue.py's statements, all meant for an index, with sequential and bitmap scans disabled
+(queue.py ``WORKER_SESSION``). tests/specific/test_sql_plan.py shows the plans.
 
 Times are epoch seconds from this process's clock, not the database's (contract: clock skew
 between hosts shifts when a reservation looks expired and when a delay ends).
@@ -25,108 +38,135 @@ between hosts shifts when a reservation looks expired and when a delay ends).
 
 from __future__ import annotations
 
-from typing import Any
+import secrets
+from typing import Any, Final
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-#: What a claim reads back: enough to build the QueuedJob without a second query.
+#: What a claim reads back: enough to build the QueuedJob without a second query (plus the token).
 COLUMNS = "id, job_id, queue, job_class, args, metadata, attempts, max_attempts, pushed_at"
 
-#: A row is claimable: on the queues, due, and unreserved or past its visibility timeout.
+#: A row is claimable: due, and unreserved or past its visibility timeout.
 CLAIMABLE = "available_at <= %s AND (reserved_at IS NULL OR reserved_at <= %s)"
 
-#: Expired reservations count as an attempt; a fresh or released row does not.
+#: Expired reservations count as an attempt; a fresh, released or unreserved row does not.
 NEXT_ATTEMPTS = "attempts + CASE WHEN reserved_token IS NULL THEN 0 ELSE 1 END"
 
+#: Most rows one claim reserves (a pop_many() asking for more gets this many, then sweeps again).
+MAX_CLAIM: Final = 500
 
-def _candidates(queues: tuple[str, ...]) -> tuple[str, list[str]]:
-    """The queue filter and priority order for ``queues``, with their parameters."""
-    if len(queues) == 1:
-        return "queue = %s", [queues[0]]
-    placeholders = ", ".join(["%s"] * len(queues))
-    return f"queue IN ({placeholders})", list(queues)
+#: PostgreSQL: one statement. The ARRAY() subquery runs once (an InitPlan): the nested loop over the
+#: queue names in list order reads each queue's claimable rows from the (queue, id) index in id order,
+#: locks them under SKIP LOCKED and stops at ``limit``; the UPDATE then finds them by primary key.
+#: Every SET expression reads the row's old values, so NEXT_ATTEMPTS sees the old token.
+POSTGRESQL_CLAIM: Final = (
+    "UPDATE kinetis_queue_jobs SET reserved_at = %s, "
+    "reserved_token = replace(gen_random_uuid()::text, '-', ''), "
+    f"attempts = {NEXT_ATTEMPTS} "
+    "WHERE id = ANY(ARRAY("
+    "SELECT picked.id FROM unnest(%s::text[]) AS wanted(name) CROSS JOIN LATERAL ("
+    f"SELECT id FROM kinetis_queue_jobs WHERE queue = wanted.name AND {CLAIMABLE} "
+    "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) AS picked LIMIT %s)) "
+    f"RETURNING {COLUMNS}, reserved_token"
+)
+
+#: MySQL/MariaDB: the locking SELECT of one queue (run per queue in priority order).
+LOCKING_SELECT: Final = (
+    f"SELECT {COLUMNS}, reserved_token FROM kinetis_queue_jobs WHERE queue = %s AND {CLAIMABLE} "
+    "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED"
+)
 
 
-def _order(queues: tuple[str, ...]) -> tuple[str, list[Any]]:
-    if len(queues) == 1:
-        return "id", []
-    whens = " ".join(f"WHEN %s THEN {rank}" for rank in range(len(queues)))
-    return f"CASE queue {whens} END, id", list(queues)
-
-
-def _select(queues: tuple[str, ...], now: float, expired_before: float, columns: str) -> tuple[str, list[Any]]:
-    where, where_params = _candidates(queues)
-    order, order_params = _order(queues)
-    sql = f"SELECT {columns} FROM kinetis_queue_jobs WHERE {where} AND {CLAIMABLE} ORDER BY {order} LIMIT 1"
-    return sql, [*where_params, now, expired_before, *order_params]
-
-
-def claim(
-    db: BaseDatabaseWrapper, queues: tuple[str, ...], now: float, expired_before: float, token: str
-) -> tuple[Any, ...] | None:
-    """Reserve the first claimable row on ``queues`` with ``token``; return its COLUMNS, or None."""
+def claim_many(
+    db: BaseDatabaseWrapper, queues: tuple[str, ...], limit: int, now: float, expired_before: float
+) -> list[tuple[Any, ...]]:
+    """Reserve up to ``limit`` claimable rows on ``queues``; return their COLUMNS plus the token
+    each reservation wrote, in delivery order (queue priority, then id)."""
+    limit = min(limit, MAX_CLAIM)
     if db.vendor == "postgresql":
-        return _claim_one_statement(db, queues, now, expired_before, token)
-    if db.features.has_select_for_update_skip_locked:
-        return _claim_locked_transaction(db, queues, now, expired_before, token)
-    return _claim_guarded_update(db, queues, now, expired_before, token)
+        rows = _claim_one_statement(db, queues, limit, now, expired_before)
+    elif db.features.has_select_for_update_skip_locked:
+        return _claim_locked_transaction(db, queues, limit, now, expired_before)
+    else:
+        rows = _claim_guarded_update(db, queues, limit, now, expired_before)
+    rank = {name: position for position, name in enumerate(queues)}
+    return sorted(rows, key=lambda row: (rank[row[2]], row[0]))  # RETURNING has no order
+
+
+def postgresql_claim(queues: tuple[str, ...], limit: int, now: float, expired_before: float) -> tuple[str, list[Any]]:
+    """PostgreSQL's claim statement and its parameters (tests/specific/test_sql_plan.py EXPLAINs it)."""
+    return POSTGRESQL_CLAIM, [now, list(queues), now, expired_before, limit, limit]
 
 
 def _claim_one_statement(
-    db: BaseDatabaseWrapper, queues: tuple[str, ...], now: float, expired_before: float, token: str
-) -> tuple[Any, ...] | None:
-    select, params = _select(queues, now, expired_before, "id")
-    sql = (
-        f"UPDATE kinetis_queue_jobs SET reserved_at = %s, reserved_token = %s, attempts = {NEXT_ATTEMPTS} "
-        f"WHERE id = ({select} FOR UPDATE SKIP LOCKED) RETURNING {COLUMNS}"
-    )
+    db: BaseDatabaseWrapper, queues: tuple[str, ...], limit: int, now: float, expired_before: float
+) -> list[tuple[Any, ...]]:
+    sql, params = postgresql_claim(queues, limit, now, expired_before)
     with db.cursor() as cursor:
-        cursor.execute(sql, [now, token, *params])
-        return cursor.fetchone()  # type: ignore[no-any-return]
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
 
 
 def _claim_locked_transaction(
-    db: BaseDatabaseWrapper, queues: tuple[str, ...], now: float, expired_before: float, token: str
-) -> tuple[Any, ...] | None:
+    db: BaseDatabaseWrapper, queues: tuple[str, ...], limit: int, now: float, expired_before: float
+) -> list[tuple[Any, ...]]:
+    claimed: list[tuple[Any, ...]] = []
     with db.cursor() as cursor:
         cursor.execute("START TRANSACTION")
         try:
-            row = None
+            locked: list[tuple[Any, ...]] = []
             for name in queues:
-                select, params = _select((name,), now, expired_before, f"{COLUMNS}, reserved_token")
-                cursor.execute(f"{select} FOR UPDATE SKIP LOCKED", params)
-                row = cursor.fetchone()
-                if row is not None:
+                cursor.execute(LOCKING_SELECT, [name, now, expired_before, limit - len(locked)])
+                locked += cursor.fetchall()
+                if len(locked) >= limit:
                     break
-            if row is None:
+            if not locked:
                 cursor.execute("COMMIT")
-                return None
-            attempts = row[6] + (0 if row[9] is None else 1)
+                return []
+            tokens, attempts, ids = [], [], []
+            for row in locked:
+                token = secrets.token_hex(16)
+                count = row[6] + (0 if row[9] is None else 1)
+                claimed.append((*row[:6], count, *row[7:9], token))
+                tokens += [row[0], token]
+                attempts += [row[0], count]
+                ids.append(row[0])
+            whens = " ".join(["WHEN %s THEN %s"] * len(locked))
+            placeholders = ", ".join(["%s"] * len(locked))
             cursor.execute(
-                "UPDATE kinetis_queue_jobs SET reserved_at = %s, reserved_token = %s, attempts = %s WHERE id = %s",
-                [now, token, attempts, row[0]],
+                f"UPDATE kinetis_queue_jobs SET reserved_at = %s, reserved_token = CASE id {whens} END, "
+                f"attempts = CASE id {whens} END WHERE id IN ({placeholders})",
+                [now, *tokens, *attempts, *ids],
             )
             cursor.execute("COMMIT")
         except BaseException:
-            _rollback_quietly(cursor)
+            rollback_quietly(cursor)
             raise
-    return (*row[:6], attempts, *row[7:9])
+    return claimed
 
 
 def _claim_guarded_update(
-    db: BaseDatabaseWrapper, queues: tuple[str, ...], now: float, expired_before: float, token: str
-) -> tuple[Any, ...] | None:
-    select, params = _select(queues, now, expired_before, "id")
+    db: BaseDatabaseWrapper, queues: tuple[str, ...], limit: int, now: float, expired_before: float
+) -> list[tuple[Any, ...]]:
+    # One index-ordered SELECT per queue, in priority order, joined by UNION ALL (which keeps the
+    # order of its parts): no sort of the ready rows, as on the other databases.
+    part = f"SELECT id FROM (SELECT id FROM kinetis_queue_jobs WHERE queue = %s AND {CLAIMABLE} ORDER BY id LIMIT %s)"
+    parts: list[str] = []
+    params: list[Any] = []
+    for name in queues:
+        parts.append(part)
+        params += [name, now, expired_before, limit]
     sql = (
-        f"UPDATE kinetis_queue_jobs SET reserved_at = %s, reserved_token = %s, attempts = {NEXT_ATTEMPTS} "
-        f"WHERE id = ({select}) AND (reserved_at IS NULL OR reserved_at <= %s) RETURNING {COLUMNS}"
+        "UPDATE kinetis_queue_jobs SET reserved_at = %s, reserved_token = lower(hex(randomblob(16))), "
+        f"attempts = {NEXT_ATTEMPTS} WHERE id IN (SELECT id FROM ({' UNION ALL '.join(parts)}) LIMIT %s) "
+        f"AND (reserved_at IS NULL OR reserved_at <= %s) RETURNING {COLUMNS}, reserved_token"
     )
     with db.cursor() as cursor:
-        cursor.execute(sql, [now, token, *params, expired_before])
-        return cursor.fetchone()  # type: ignore[no-any-return]
+        cursor.execute(sql, [now, *params, limit, expired_before])
+        return list(cursor.fetchall())
 
 
-def _rollback_quietly(cursor: Any) -> None:
+def rollback_quietly(cursor: Any) -> None:
     try:
         cursor.execute("ROLLBACK")
     except Exception:  # noqa: S110  the original error is the one worth raising

@@ -7,7 +7,8 @@ from typing import Any, Final
 from django.conf import settings
 
 from kinetis_queue.backends.sql.timeouts import DEFAULT_OPERATION_TIMEOUT
-from kinetis_queue.schema import BackendOptions, KeyPath, Option, boolean, fail, number
+from kinetis_queue.contracts import SWEEP_PAUSE
+from kinetis_queue.schema import BackendOptions, KeyPath, Option, boolean, fail, number, optional
 
 #: What is wrong with a DATABASE that is not an alias in DATABASES (the system check adds the known ones).
 UNKNOWN_ALIAS: Final = "must name an alias in DATABASES"
@@ -26,5 +27,8 @@ OPTIONS = BackendOptions(
         Option("PREPARED_STATEMENTS", True, boolean),
         #: Seconds one worker-side call may take (see timeouts.py).
         Option("OPERATION_TIMEOUT", DEFAULT_OPERATION_TIMEOUT, number(0, low_open=True)),
+        #: Seconds an idle worker pauses between two empty claims (queue.py ``default_poll_pause``);
+        #: None: the database's default. At most SWEEP_PAUSE, the contract's longest pause.
+        Option("POLL_PAUSE", None, optional(number(0, SWEEP_PAUSE, low_open=True))),
     )
 )

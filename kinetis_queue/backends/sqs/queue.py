@@ -23,7 +23,15 @@ from kinetis_queue.backends.sqs.options import (
     is_queue_prefix,
 )
 from kinetis_queue.conf import ConnectionSettings
-from kinetis_queue.contracts import DisposableQueue, PreparedPush, QueuedJob, QueueStats, RenewableQueue
+from kinetis_queue.contracts import (
+    DisposableQueue,
+    JobSettlement,
+    PreparedPush,
+    QueuedJob,
+    QueueStats,
+    RenewableQueue,
+    Reserved,
+)
 from kinetis_queue.envelope import (
     Envelope,
     decode_body,
@@ -38,9 +46,11 @@ from kinetis_queue.envelope import (
 from kinetis_queue.exceptions import (
     ConnectionFailedError,
     InvalidQueueArgumentError,
+    MalformedJobSettledError,
     MalformedQueuedJobDataError,
     OutcomeUnknownError,
     QueueConfigurationError,
+    StaleJobHandleError,
 )
 from kinetis_queue.validation import MAX_COUNTER, validate_queue_list, validate_queue_name, validate_timeout
 
@@ -51,11 +61,28 @@ LONG_POLL = 5
 #: Seconds to open a connection, and to wait for a reply (a long poll answers within LONG_POLL).
 CONNECT_TIMEOUT = 5
 READ_TIMEOUT = 20
-#: The message attributes this backend writes; at most two of SQS's ten.
+#: Connections each client keeps open for reuse. Every thread of a worker (``--concurrency`` job
+#: threads, the heartbeat, the reserving loop's long poll) may call at once; botocore keeps 10 by
+#: default, and urllib3 discards, with a warning each time, every connection opened beyond that.
+MAX_POOL_CONNECTIONS = 64
+#: The most entries one SendMessageBatch, DeleteMessageBatch or ReceiveMessage takes.
+BATCH = 10
 #: The error codes GetQueueUrl answers for a queue that does not exist (query and JSON protocols).
 NONEXISTENT_QUEUE_CODES = frozenset(("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"))
+#: The codes SQS answers for a receipt handle it no longer honours: not a handle it issued, expired,
+#: or (ChangeMessageVisibility) a message no longer in flight. InvalidParameterValue is also one when
+#: its message names the ReceiptHandle parameter (AWS's answer for an expired handle).
+STALE_RECEIPT_CODES = frozenset(
+    ("ReceiptHandleIsInvalid", "AWS.SimpleQueueService.MessageNotInflight", "MessageNotInflight")
+)
+#: The message attributes this backend writes; at most three of SQS's ten.
 MAX_ATTEMPTS_ATTRIBUTE = "maxAttempts"
 METADATA_ATTRIBUTE = "metadata"
+#: Attempts completed before the message was sent again by unreserve(); absent on a pushed message.
+ATTEMPTS_ATTRIBUTE = "attempts"
+#: What the attempts attribute can add to a message: name, type and a count of up to ten digits. The
+#: size check of every push leaves this room, so a job can always be sent again by unreserve().
+ATTEMPTS_ROOM = len(ATTEMPTS_ATTRIBUTE) + len("Number") + 10
 #: A stored count in canonical decimal form.
 COUNT = re.compile(r"0|[1-9][0-9]{0,9}")
 
@@ -72,24 +99,30 @@ class SqsQueue(RenewableQueue, DisposableQueue):
 
     Message: the body is ASCII-escaped JSON holding ``id``, ``pushedAt``, ``class`` and ``args``, so
     SQS's character rules can never alter it; ``maxAttempts`` is a Number attribute when set, and
-    non-empty metadata one JSON String attribute. The attempt number is SQS's ApproximateReceiveCount.
+    non-empty metadata one JSON String attribute. The attempt number is SQS's ApproximateReceiveCount,
+    plus the ``attempts`` Number attribute a copy sent by unreserve() carries.
     Reservation: each receive hides the message for VISIBILITY_TIMEOUT seconds, best-effort: SQS may
-    deliver it again within that window (contract: "At-least-once delivery").
+    deliver it again within that window (contract: "At-least-once delivery"). pop() and pop_many()
+    receive up to ten messages a call, each one a delivery the caller holds (and its heartbeat renews).
     Fence: none. ack/fail delete, release/renew change the visibility of the ReceiptHandle, and SQS
     answers a stale handle itself: its error propagates, or it accepts and nothing reports the lost
     delivery, so a handler must be idempotent (contract: "Delivery receipts and stale settlements").
+    ack_many() and unreserve() report the receipts SQS refuses as StaleJobHandleError instead, since a
+    batch cannot raise for one entry and a copy must not be sent for a delivery no longer held.
     Queues: a name (QUEUE_PREFIX + queue) resolves through GetQueueUrl once per instance; no queue is
     ever created. size() is ApproximateNumberOfMessages + ApproximateNumberOfMessagesDelayed, which
     leaves out in-flight messages, a delayed release() included. Not a ClearableQueue: PurgeQueue also
     deletes in-flight messages, reports no count and runs once a minute (contract, "SQS").
 
-    Retries: SendMessage is sent once. botocore's retries would repeat a request whose reply was lost,
-    and SQS standard queues have no deduplication, so a retry could store a second copy. A failure
-    before the request left raises ConnectionFailedError (nothing was stored); a lost reply or a 5xx
-    raises OutcomeUnknownError (the message may be stored); a 4xx refusal propagates as botocore's
-    ClientError. Every other call uses botocore's "standard" retry mode, since repeating it cannot
-    duplicate a job. Both clients are thread-safe and shared by the worker and its heartbeat thread;
-    they are built on first use, with boto3's credential chain, and closed by dispose().
+    Retries: SendMessage and SendMessageBatch are sent once. botocore's retries would repeat a request
+    whose reply was lost, and SQS standard queues have no deduplication, so a retry could store a
+    second copy. A failure before the request left raises ConnectionFailedError (nothing was stored);
+    a lost reply or a 5xx raises OutcomeUnknownError (the message may be stored); a 4xx refusal
+    propagates as botocore's ClientError. Every other call uses botocore's "standard" retry mode,
+    since repeating it cannot duplicate a job. Both clients are thread-safe and shared by every
+    thread of the worker (job threads, heartbeat, reserving loop), with a connection pool sized for
+    them (MAX_POOL_CONNECTIONS); they are built once on first use, under a lock, with boto3's
+    credential chain, and closed by dispose().
     """
 
     backend_name = "sqs"
@@ -153,6 +186,7 @@ class SqsQueue(RenewableQueue, DisposableQueue):
         config = Config(
             connect_timeout=CONNECT_TIMEOUT,
             read_timeout=READ_TIMEOUT,
+            max_pool_connections=MAX_POOL_CONNECTIONS,
             retries={"mode": "standard", "total_max_attempts": attempts},
         )
         # A boto3 Session is not thread-safe, so each client gets its own; the client itself is.
@@ -173,35 +207,115 @@ class SqsQueue(RenewableQueue, DisposableQueue):
         self._message(prepared.envelope, prepared.delay)
 
     def _message(self, envelope: Envelope, delay: float) -> dict[str, Any]:
-        """SendMessage's arguments, less the queue URL; rejects what SQS would refuse."""
+        """SendMessage's arguments, less the queue URL; rejects what SQS would refuse.
+
+        ``envelope.attempts`` above 0 (a copy sent by unreserve()) travels as the attempts attribute;
+        the size check always leaves room for it (ATTEMPTS_ROOM).
+        """
         if delay > MAX_DELAY:
             raise InvalidQueueArgumentError(f"delay must be at most {MAX_DELAY} seconds on SQS")
         body = encode_body(envelope)
         attributes: dict[str, dict[str, str]] = {}
+        if envelope.attempts:
+            attributes[ATTEMPTS_ATTRIBUTE] = {"DataType": "Number", "StringValue": str(envelope.attempts)}
         if envelope.max_attempts is not None:
             attributes[MAX_ATTEMPTS_ATTRIBUTE] = {"DataType": "Number", "StringValue": str(envelope.max_attempts)}
         if envelope.metadata:
             attributes[METADATA_ATTRIBUTE] = {"DataType": "String", "StringValue": dumps(envelope.metadata)}
-        # dumps() writes ASCII only, so characters are bytes here.
-        size = len(body) + sum(len(k) + len(v["DataType"]) + len(v["StringValue"]) for k, v in attributes.items())
+        message: dict[str, Any] = {"MessageBody": body, "DelaySeconds": math.ceil(delay)}
+        if attributes:
+            message["MessageAttributes"] = attributes
+        size = _message_bytes(message) + (0 if envelope.attempts else ATTEMPTS_ROOM)
         if size > MAX_MESSAGE_BYTES:
             raise InvalidQueueArgumentError(
                 f"the job's SQS message would be {size} bytes; SQS accepts at most {MAX_MESSAGE_BYTES}"
             )
-        message: dict[str, Any] = {"MessageBody": body, "DelaySeconds": math.ceil(delay)}
-        if attributes:
-            message["MessageAttributes"] = attributes
         return message
 
     def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
         message = self._message(envelope, delay)
+        self._send(self._lookup(queue), message)
+
+    def _lookup(self, queue: str) -> str:
+        """The queue's URL for a push: a failed lookup (GetQueueUrl, retried) means nothing was sent."""
         try:
-            url = self._url(queue)
+            return self._url(queue)
         except (HTTPClientError, BotocoreConnectionError) as exc:
-            # The lookup (GetQueueUrl, retried like every call but SendMessage) failed: nothing was sent.
             raise ConnectionFailedError(
                 f"SendMessage was not sent: the queue's URL lookup failed; the job was not stored: {exc}"
             ) from exc
+
+    def _push_many(self, prepared: Sequence[PreparedPush]) -> None:
+        """SendMessageBatch per queue, up to ten messages and MAX_MESSAGE_BYTES a call, each call sent once.
+
+        Every message is built and every queue looked up before the first batch goes, so a refusal
+        there stores nothing. Then the batches go out in order. What a failure leaves stored:
+
+        - A call that fails stops the push there, raised as push() raises it (ConnectionFailedError:
+          that batch was not stored; OutcomeUnknownError: it may have been; ClientError: SQS refused
+          the whole call), its message naming the batch's first job (``jobs[i]: ``). Every earlier
+          batch was sent (a note lists any job SQS refused in them), no later one was.
+        - Entries SQS refuses one by one do not stop the push: every batch is sent, then a ClientError
+          names the first refused job (``jobs[i]: ``) with SQS's code, and a note lists every refused
+          index. A refused entry was not stored; every other job was.
+        """
+        messages = [self._message(item.envelope, item.delay) for item in prepared]
+        urls = {item.queue: "" for item in prepared}
+        for queue in urls:
+            urls[queue] = self._lookup(queue)
+        stored = 0
+        refused: list[tuple[int, dict[str, Any]]] = []
+        for url, batch in _send_batches([urls[item.queue] for item in prepared], messages):
+            entries = [{"Id": str(index), **messages[index]} for index in batch]
+            try:
+                response = self._send_batch(url, entries, batch, stored)
+            except Exception as exc:
+                if refused:
+                    exc.add_note(
+                        "SQS had refused these jobs of earlier batches, which were not stored: "
+                        + ", ".join(f"jobs[{i}]" for i, _ in sorted(refused, key=lambda failure: failure[0]))
+                    )
+                raise
+            stored += len(batch)
+            refused += [(int(entry["Id"]), entry) for entry in response.get("Failed") or ()]
+        if refused:
+            refused.sort(key=lambda failure: failure[0])
+            index, entry = refused[0]
+            status = 400 if entry.get("SenderFault", True) else 500
+            error = ClientError(
+                {
+                    "Error": {"Code": entry.get("Code", ""), "Message": entry.get("Message", "")},
+                    "ResponseMetadata": {"HTTPStatusCode": status},
+                },
+                "SendMessageBatch",
+            )
+            error.args = (f"jobs[{index}]: {error}",)
+            error.add_note(
+                "SQS refused these jobs of the batch, which were not stored (every other job was): "
+                + ", ".join(f"jobs[{i}]" for i, _ in refused)
+            )
+            raise error
+
+    def _send_batch(self, url: str, entries: list[dict[str, Any]], batch: list[int], stored: int) -> Any:
+        """One SendMessageBatch, sent once; a failed call raised as push() raises it, naming its first job."""
+        where = (
+            f"jobs[{batch[0]}]: SendMessageBatch of {len(batch)} jobs from jobs[{batch[0]}] "
+            f"(the {stored} jobs of earlier batches were sent, no later batch was)"
+        )
+        try:
+            return self.send_client.send_message_batch(QueueUrl=url, Entries=entries)
+        except (EndpointConnectionError, ConnectTimeoutError) as exc:
+            raise ConnectionFailedError(f"{where} never reached SQS; those jobs were not stored: {exc}") from exc
+        except (HTTPClientError, BotocoreConnectionError) as exc:
+            raise OutcomeUnknownError(f"{where} got no reply; those jobs may have been stored: {exc}") from exc
+        except ClientError as exc:
+            if _status(exc) >= 500:
+                raise OutcomeUnknownError(f"{where} failed in SQS; those jobs may have been stored: {exc}") from exc
+            exc.args = (f"{where} was refused; those jobs were not stored: {exc}",)
+            raise
+
+    def _send(self, url: str, message: dict[str, Any]) -> None:
+        """One SendMessage, sent once, its failures mapped as push() documents."""
         try:
             self.send_client.send_message(QueueUrl=url, **message)
         except (EndpointConnectionError, ConnectTimeoutError) as exc:
@@ -216,62 +330,100 @@ class SqsQueue(RenewableQueue, DisposableQueue):
     # -- pop --------------------------------------------------------------------------------------
 
     def pop(self, timeout: float, queues: Sequence[str]) -> QueuedJob | None:
+        """The contract's pop(): ``_reserve()`` with a limit of one; a malformed message is raised."""
+        reserved = self._reserve(timeout, queues, 1)
+        if reserved.malformed:
+            raise reserved.malformed[0]
+        return reserved.jobs[0] if reserved.jobs else None
+
+    def pop_many(self, timeout: float, queues: Sequence[str], limit: int) -> Reserved:
+        """The contract's pop_many(): ``_reserve()``, up to ten messages per ReceiveMessage."""
+        if type(limit) is not int or limit < 1:
+            raise InvalidQueueArgumentError("limit must be an int of 1 or more")
+        return self._reserve(timeout, queues, limit)
+
+    def _reserve(self, timeout: float, queues: Sequence[str], limit: int) -> Reserved:
         """Sweep every queue with WaitTimeSeconds 0, then long-poll the first for up to 5 s, until the deadline.
 
         Contract, "The pop() priority/timeout contract": the long poll reserves what it finds, so it is
         this loop's wait as well as a probe. It lasts whole seconds, so it can outlast the deadline by
-        up to a second; the deadline is checked again as soon as it returns empty.
+        up to a second; the deadline is checked again as soon as it returns empty. pop() and
+        pop_many() share this loop rather than the contract's ``_wait()`` hook: that hook waits
+        without reserving and at most a second (``poll_pause``), where SQS's wait is a receive that
+        returns messages and lasts up to LONG_POLL.
         """
         seconds = validate_timeout(timeout)
         names = validate_queue_list(queues)
         for name in names:
             self._sqs_name(name)
         if not names:
-            return None
+            return Reserved()
         deadline = None if seconds == 0 else time.monotonic() + seconds
         while True:
-            found = self._sweep(names)
-            if found is not None:
+            found = self._sweep_many(names, limit)
+            if found:
                 return found
             wait = LONG_POLL
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return None
+                    return found
                 wait = min(LONG_POLL, math.ceil(left))
-            found = self._receive(names[0], wait)
-            if found is not None:
+            self._receive(names[0], wait, limit, found)
+            if found or (deadline is not None and time.monotonic() >= deadline):
                 return found
-            if deadline is not None and time.monotonic() >= deadline:
-                return None
 
-    def _sweep(self, queues: tuple[str, ...]) -> QueuedJob | None:
+    def _sweep(self, queues: tuple[str, ...]) -> QueuedJob | None:  # pragma: no cover - required by Queue
+        # (abstract); this backend's pop() and pop_many() reserve through _reserve(), never through it.
+        reserved = self._sweep_many(queues, 1)
+        if reserved.malformed:
+            raise reserved.malformed[0]
+        return reserved.jobs[0] if reserved.jobs else None
+
+    def _sweep_many(self, queues: tuple[str, ...], limit: int) -> Reserved:
+        """One ReceiveMessage (WaitTimeSeconds 0) per queue in priority order, until ``limit`` messages came.
+
+        Each asks for what is still missing, at most ten; a queue is asked once per sweep, so a limit
+        above ten fills from the next queues or the next sweep. Every message received is in the
+        result, as a delivery or as a removed malformed message: none is held unseen.
+        """
+        reserved = Reserved()
         for name in queues:
-            found = self._receive(name, 0)
-            if found is not None:
-                return found
-        return None
+            missing = limit - len(reserved.jobs) - len(reserved.malformed)
+            if missing <= 0:
+                break
+            self._receive(name, 0, missing, reserved)
+        return reserved
 
-    def _receive(self, queue: str, wait: int) -> QueuedJob | None:
+    def _receive(self, queue: str, wait: int, limit: int, into: Reserved) -> None:
+        """ReceiveMessage of up to ``min(limit, 10)`` messages into ``into``, malformed ones deleted.
+
+        A malformed message is deleted alone (DeleteMessage) and reported in ``into.malformed``; a
+        failing deletion propagates, and the deliveries of the same receive come back when their
+        visibility timeout ends.
+        """
         url = self._url(queue)
         response = self.client.receive_message(
             QueueUrl=url,
-            MaxNumberOfMessages=1,
+            MaxNumberOfMessages=min(limit, BATCH),
             WaitTimeSeconds=wait,
             # Overrides the queue's own attribute for the messages this application takes.
             VisibilityTimeout=self._visibility_timeout,
             MessageSystemAttributeNames=["ApproximateReceiveCount"],
-            MessageAttributeNames=[MAX_ATTEMPTS_ATTRIBUTE, METADATA_ATTRIBUTE],
+            MessageAttributeNames=[ATTEMPTS_ATTRIBUTE, MAX_ATTEMPTS_ATTRIBUTE, METADATA_ATTRIBUTE],
         )
-        messages = response.get("Messages") or []
-        if not messages:
-            return None
-        message: dict[str, Any] = messages[0]
-        receipt = message["ReceiptHandle"]
-        handle = SqsHandle(url, receipt)
+        for message in response.get("Messages") or ():
+            try:
+                into.jobs.append(self._delivered(message, queue, url))
+            except MalformedJobSettledError as exc:
+                into.malformed.append(exc)
+
+    def _delivered(self, message: dict[str, Any], queue: str, url: str) -> QueuedJob:
+        """One received message as a delivery; a malformed one is deleted and MalformedJobSettledError raised."""
+        handle = SqsHandle(url, message["ReceiptHandle"])
         return settle_if_malformed(
             lambda: decode_message(message, queue, handle),
-            lambda: self.client.delete_message(QueueUrl=url, ReceiptHandle=receipt),
+            lambda: self.client.delete_message(QueueUrl=url, ReceiptHandle=handle.receipt_handle),
         )
 
     # -- settlements and renewal ------------------------------------------------------------------
@@ -279,6 +431,41 @@ class SqsQueue(RenewableQueue, DisposableQueue):
     def ack(self, job: QueuedJob) -> None:
         handle = _handle(job)
         self.client.delete_message(QueueUrl=handle.queue_url, ReceiptHandle=handle.receipt_handle)
+
+    def _ack_many(self, jobs: Sequence[QueuedJob]) -> list[StaleJobHandleError | None]:
+        """DeleteMessageBatch per queue, ten receipts a call; each entry answered on its own.
+
+        An entry SQS refuses for its receipt (expired, not issued, message gone: ``_stale``) is
+        reported as StaleJobHandleError(ACK) in its place; the message was not deleted by this call.
+        An entry refused for any other reason is deleted again alone with DeleteMessage once every
+        batch has gone, so its error propagates exactly as ack()'s would. A failed call propagates
+        like DeleteMessage's (botocore's standard retries first), the batches before it applied.
+        SQS refuses one receipt twice in a call, so a repeated delivery goes into a later batch and
+        gets SQS's own answer there.
+        """
+        handles = [_handle(job) for job in jobs]  # every handle checked before any call
+        results: list[StaleJobHandleError | None] = [None] * len(jobs)
+        again: list[int] = []
+        for url, batch in _batches(handles):
+            response = self.client.delete_message_batch(
+                QueueUrl=url,
+                Entries=[{"Id": str(index), "ReceiptHandle": handles[index].receipt_handle} for index in batch],
+            )
+            for failed in response.get("Failed") or ():
+                index = int(failed["Id"])
+                if _stale(failed):
+                    results[index] = StaleJobHandleError(JobSettlement.ACK)
+                else:
+                    again.append(index)
+        for index in again:
+            handle = handles[index]
+            try:
+                self.client.delete_message(QueueUrl=handle.queue_url, ReceiptHandle=handle.receipt_handle)
+            except ClientError as exc:
+                if not _stale(exc.response.get("Error", {})):
+                    raise
+                results[index] = StaleJobHandleError(JobSettlement.ACK)
+        return results
 
     def fail(self, job: QueuedJob) -> None:
         handle = _handle(job)
@@ -305,6 +492,51 @@ class SqsQueue(RenewableQueue, DisposableQueue):
         self.client.change_message_visibility(
             QueueUrl=handle.queue_url, ReceiptHandle=handle.receipt_handle, VisibilityTimeout=self._visibility_timeout
         )
+
+    def _unreserve(self, job: QueuedJob, delay: float) -> None:
+        """Send the job again as a new message carrying its completed attempts, then delete the delivered one.
+
+        SQS counts every receive (ApproximateReceiveCount, the attempt number) and no call lowers it,
+        so ChangeMessageVisibility(0) would charge the attempt that never started. Three calls instead:
+        ChangeMessageVisibility for a full window (the fence: a receipt SQS no longer honours raises
+        StaleJobHandleError(UNRESERVE) with nothing written; and the message stays hidden meanwhile),
+        SendMessage of the same id, class, args, pushedAt, cap and metadata with the attempts
+        attribute (job.attempts - 1), then DeleteMessage of the delivered message. The copy is
+        visible at once, or after ``delay`` (its DelaySeconds, whole seconds rounded up, at most 900);
+        a standard queue keeps no order, so it is not ahead of waiting jobs. A
+        SendMessage failure raises as push() does, the delivery still held; a DeleteMessage failure
+        propagates after the copy was stored, and the old message comes back once its window ends
+        (one duplicate delivery, as at-least-once allows).
+        """
+        handle = _handle(job)
+        try:
+            self.client.change_message_visibility(
+                QueueUrl=handle.queue_url,
+                ReceiptHandle=handle.receipt_handle,
+                VisibilityTimeout=self._visibility_timeout,
+            )
+        except ClientError as exc:
+            if _stale(exc.response.get("Error", {})):
+                raise StaleJobHandleError(JobSettlement.UNRESERVE) from exc
+            raise
+        envelope = Envelope(
+            job.id,
+            job.pushed_at.timestamp(),
+            job.job_class,
+            job.args,
+            job.attempts - 1,
+            job.max_attempts,
+            job.metadata,
+        )
+        self._send(handle.queue_url, self._message(envelope, delay))
+        try:
+            self.client.delete_message(QueueUrl=handle.queue_url, ReceiptHandle=handle.receipt_handle)
+        except Exception as exc:
+            exc.add_note(
+                "unreserve() had already stored the job again; the delivered message comes back when its "
+                "visibility timeout ends (a duplicate delivery)"
+            )
+            raise
 
     # -- size -------------------------------------------------------------------------------------
 
@@ -381,13 +613,17 @@ def decode_message(message: dict[str, Any], queue: str, handle: SqsHandle) -> Qu
     receive_count = _count(message.get("Attributes", {}).get("ApproximateReceiveCount"), "ApproximateReceiveCount")
     expect(receive_count, lambda v: v >= 1, "ApproximateReceiveCount is out of range")
     attributes = message.get("MessageAttributes", {})
+    carried = 0
+    if ATTEMPTS_ATTRIBUTE in attributes:
+        carried = _count(_attribute(attributes, ATTEMPTS_ATTRIBUTE, "Number"), ATTEMPTS_ATTRIBUTE)
     max_attempts = None
     if MAX_ATTEMPTS_ATTRIBUTE in attributes:
         max_attempts = _count(_attribute(attributes, MAX_ATTEMPTS_ATTRIBUTE, "Number"), MAX_ATTEMPTS_ATTRIBUTE)
     metadata: Any = {}
     if METADATA_ATTRIBUTE in attributes:
         metadata = decode_metadata(loads(_attribute(attributes, METADATA_ATTRIBUTE, "String")))
-    envelope = envelope_from_body(body, receive_count - 1, max_attempts, metadata)
+    # Attempts completed: those carried by a copy unreserve() sent, plus this message's earlier receives.
+    envelope = envelope_from_body(body, carried + receive_count - 1, max_attempts, metadata)
     return QueuedJob.delivered(envelope, queue, handle)
 
 
@@ -412,6 +648,61 @@ def _handle(job: QueuedJob) -> SqsHandle:
     if not isinstance(job.handle, SqsHandle):
         raise InvalidQueueArgumentError("this QueuedJob was not delivered by an SQS queue")
     return job.handle
+
+
+def _message_bytes(message: dict[str, Any]) -> int:
+    """A message's size as SQS counts it: body plus each attribute's name, type and value.
+
+    dumps() writes ASCII only, so characters are bytes here.
+    """
+    attributes = message.get("MessageAttributes", {})
+    return len(message["MessageBody"]) + sum(
+        len(name) + len(value["DataType"]) + len(value["StringValue"]) for name, value in attributes.items()
+    )
+
+
+def _send_batches(urls: Sequence[str], messages: Sequence[dict[str, Any]]) -> list[tuple[str, list[int]]]:
+    """The indexes of ``messages`` (bound for ``urls``) as SendMessageBatch calls, in the order each was
+    opened: one open batch per queue, closed at BATCH messages or before passing MAX_MESSAGE_BYTES
+    (SQS's limit on a batch's total); the indexes of one batch keep their order."""
+    batches: list[tuple[str, list[int]]] = []
+    open_batch: dict[str, tuple[list[int], list[int]]] = {}  # url -> (indexes, [bytes])
+    for index, (url, message) in enumerate(zip(urls, messages, strict=True)):
+        size = _message_bytes(message)
+        current = open_batch.get(url)
+        if current is None or len(current[0]) == BATCH or current[1][0] + size > MAX_MESSAGE_BYTES:
+            current = open_batch[url] = ([], [0])
+            batches.append((url, current[0]))
+        current[0].append(index)
+        current[1][0] += size
+    return batches
+
+
+def _batches(handles: Sequence[SqsHandle]) -> list[tuple[str, list[int]]]:
+    """The indexes of ``handles`` as DeleteMessageBatch calls, in the order each was opened: per queue, at
+    most BATCH entries each and no receipt twice in one call (a repeat goes to a later batch)."""
+    batches: list[tuple[str, list[int]]] = []
+    open_batches: dict[str, list[tuple[list[int], set[str]]]] = {}
+    for index, handle in enumerate(handles):
+        candidates = open_batches.setdefault(handle.queue_url, [])
+        for indexes, receipts in candidates:
+            if len(indexes) < BATCH and handle.receipt_handle not in receipts:
+                indexes.append(index)
+                receipts.add(handle.receipt_handle)
+                break
+        else:
+            indexes = [index]
+            candidates.append((indexes, {handle.receipt_handle}))
+            batches.append((handle.queue_url, indexes))
+    return batches
+
+
+def _stale(error: Any) -> bool:
+    """Whether an error (a ClientError's ``Error``, or a batch's failed entry) says the receipt is stale."""
+    code = error.get("Code", "")
+    if code in STALE_RECEIPT_CODES:
+        return True
+    return code == "InvalidParameterValue" and "parameter ReceiptHandle is invalid" in str(error.get("Message", ""))
 
 
 def _status(exc: ClientError) -> int:

@@ -43,6 +43,7 @@ from kinetis_queue.contrib.tasks.results import TaskResultRecord
 from kinetis_queue.dispatch import push_after_commit
 from kinetis_queue.exceptions import JobReconstructionError, KinetisQueueError
 from kinetis_queue.job import Job, JobContext, Sensitive, Snooze
+from kinetis_queue.transactions import write_atomic
 from kinetis_queue.validation import MAX_QUEUE_NAME, QUEUE_NAME
 
 _P = ParamSpec("_P")
@@ -203,7 +204,7 @@ def _push_failed(result_id: str, exc: Exception) -> None:
         + "".join(traceback.format_exception(exc)),
     }
     alias = router.db_for_write(TaskResultRecord)
-    with transaction.atomic(using=alias):
+    with write_atomic(alias):
         record = TaskResultRecord.objects.using(alias).select_for_update().filter(pk=result_id).first()
         if record is None or record.status != TaskResultStatus.READY:
             return
@@ -256,7 +257,7 @@ def _fenced_update(
 ) -> TaskResultRecord | None:
     """Apply ``change`` to the row if this run still owns it (see _owns); None when it does not."""
     alias = router.db_for_write(TaskResultRecord)
-    with transaction.atomic(using=alias):
+    with write_atomic(alias):
         record = TaskResultRecord.objects.using(alias).select_for_update().filter(pk=result_id).first()
         if record is None or not _owns(record, job_id, attempt, starting=starting):
             return None

@@ -10,7 +10,12 @@ import argparse
 import math
 
 from kinetis_queue.exceptions import InvalidQueueArgumentError
-from kinetis_queue.validation import validate_connection_name, validate_queue_list, validate_queue_name
+from kinetis_queue.validation import (
+    validate_connection_name,
+    validate_job_id,
+    validate_queue_list,
+    validate_queue_name,
+)
 
 
 def queue_list(value: str) -> tuple[str, ...]:
@@ -24,6 +29,14 @@ def queue_list(value: str) -> tuple[str, ...]:
 def queue_name(value: str) -> str:
     try:
         return validate_queue_name(value)
+    except InvalidQueueArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def job_id(value: str) -> str:
+    """A job id as push() returns it: 32 lowercase hex digits."""
+    try:
+        return validate_job_id(value)
     except InvalidQueueArgumentError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

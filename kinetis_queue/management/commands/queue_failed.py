@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from kinetis_queue import failed
 from kinetis_queue.management.commands._arguments import connection_name, queue_name
+from kinetis_queue.management.commands._tables import table
 
 
 class Command(BaseCommand):
@@ -26,10 +27,10 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("No failed jobs.")
             return
-        table = [("ID", "FAILED AT", "CONNECTION", "QUEUE", "CLASS", "EXCEPTION", "ATTEMPTS")]
+        cells = [("ID", "FAILED AT", "CONNECTION", "QUEUE", "CLASS", "EXCEPTION", "ATTEMPTS")]
         for row in rows:
             attempts = f"{row.attempts}/{row.max_attempts}" if row.max_attempts is not None else str(row.attempts)
-            table.append(
+            cells.append(
                 (
                     str(row.id),
                     row.failed_at.strftime("%Y-%m-%d %H:%M:%S"),
@@ -40,8 +41,7 @@ class Command(BaseCommand):
                     attempts,
                 )
             )
-        widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-        for line in table:
-            self.stdout.write("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
+        for text in table(cells):
+            self.stdout.write(text)
         if len(rows) == failed.MAX_LISTED:
             self.stdout.write(f"(the newest {failed.MAX_LISTED} shown; filter with --connection or --queue)")

@@ -1,4 +1,6 @@
-"""``manage.py queue_prune --hours N``: delete failed-job records strictly older than N hours."""
+"""``manage.py queue_prune --hours N``: delete failed-job records and cancellations strictly older than N
+hours, the unique-job locks and concurrency slots nothing holds any more, and the chains and batches that
+ended more than N hours ago."""
 
 from __future__ import annotations
 
@@ -6,12 +8,20 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from kinetis_queue import failed
+from kinetis_queue import control, failed
+from kinetis_queue.limits import database as limits_database
 from kinetis_queue.management.commands._arguments import positive_number
+from kinetis_queue.unique import database as unique_database
+from kinetis_queue.workflows import engine as workflow_engine
 
 
 class Command(BaseCommand):
-    help = f"Delete failed-job records strictly older than --hours (default {failed.DEFAULT_PRUNE_HOURS}: a week)."
+    help = (
+        f"Delete failed-job records and cancellations strictly older than --hours (default "
+        f"{failed.DEFAULT_PRUNE_HOURS}: a week), unique-job locks past their expiry and concurrency slots free "
+        "for a day. A job still waiting on Redis, SQS or RabbitMQ whose cancellation is pruned runs when a worker "
+        "started afterwards meets it."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -22,3 +32,8 @@ class Command(BaseCommand):
         hours: float = options["hours"]
         removed = failed.prune(hours)
         self.stdout.write(f"Pruned {removed} failed job(s) older than {hours:g} hour(s).")
+        self.stdout.write(f"Pruned {control.prune(hours)} cancellation(s) older than {hours:g} hour(s).")
+        locks, slots = unique_database.prune(), limits_database.prune()
+        self.stdout.write(f"Pruned {locks} expired unique-job lock(s) and {slots} idle concurrency slot(s).")
+        trees = workflow_engine.prune(hours)
+        self.stdout.write(f"Pruned {trees} chain(s) and batch(es) that ended more than {hours:g} hour(s) ago.")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kinetis_queue import conf, connections, registry, tables
+from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.contracts import DisposableQueue, Queue, RenewableQueue
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import (
@@ -21,7 +23,11 @@ from kinetis_queue.management.commands._arguments import (
 )
 from kinetis_queue.restart import marker_for
 from kinetis_queue.validation import MAX_RETRY_DELAY
-from kinetis_queue.worker import ExitReason, JobOutcome, JobReport, Worker
+from kinetis_queue.worker import DEFAULT_PREFETCH, ExitReason, JobOutcome, JobReport, Worker
+
+if TYPE_CHECKING:
+    from kinetis_queue.hooks import DeliveryHooks
+    from kinetis_queue.schedules.declaration import Schedule
 
 # Kept under their old names: queue_clear and other code import them from here.
 _queue_list = queue_list
@@ -119,6 +125,39 @@ class Command(BaseCommand):
             "failure and follows the retry rules (default: TIMEOUT, none)",
         )
         parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=1,
+            help="run up to this many jobs at once in this process, in threads (default 1); "
+            "async def handle() jobs share one event loop within the same bound",
+        )
+        parser.add_argument(
+            "--prefetch",
+            type=_attempts,
+            default=DEFAULT_PREFETCH,
+            help="reserve at most this many deliveries ahead of a free slot, adaptively "
+            f"(default {DEFAULT_PREFETCH}; 0 disables)",
+        )
+        parser.add_argument(
+            "--no-schedule",
+            action="store_true",
+            help="do not fire the declared schedules from this worker (by default every worker but --once "
+            "fires them, each tick once across all of them; see queue_schedule)",
+        )
+        parser.add_argument(
+            "--no-relay",
+            action="store_true",
+            help="do not relay the connection's outbox (OUTBOX) from this worker (by default every worker of "
+            "such a connection does; see queue_relay)",
+        )
+        parser.add_argument(
+            "--metrics-port",
+            type=positive_int,
+            default=None,
+            help="serve Prometheus metrics on this port (KINETIS_QUEUE['METRICS'] must be on); with --processes, "
+            "the sum of every child's",
+        )
+        parser.add_argument(
             "--processes",
             type=positive_int,
             default=1,
@@ -132,7 +171,9 @@ class Command(BaseCommand):
         except KinetisQueueError as exc:
             raise CommandError(str(exc)) from exc
         _refuse_failed_discovery()
+        schedules = [] if options["no_schedule"] or options["once"] else _declared_schedules()
         verbosity: int = options["verbosity"]
+        _serve_metrics(options["metrics_port"], options["processes"])
         if options["processes"] > 1:
             self._supervise(options["processes"], verbosity)
             return
@@ -158,14 +199,29 @@ class Command(BaseCommand):
             retry_base_delay=backoff,
             job_timeout=job_timeout,
             reporter=self._job_line if verbosity >= 1 else None,
+            concurrency=options["concurrency"],
+            prefetch=options["prefetch"],
+            hooks=_worker_hooks(settings.name, queues, options["concurrency"]),
         )
         handler = self._attach_log_handler(verbosity)
+        scheduler = _start_scheduler(schedules)
+        relay = None if options["no_relay"] or options["once"] else _start_relay(queue, settings)
         try:
             if verbosity >= 1:
                 self._say(
                     f"Worker on connection {settings.name!r} ({settings.backend}) watching "
                     f"{', '.join(queues)}; stop with Ctrl-C or SIGTERM."
                 )
+                if relay is not None and settings.outbox is not None:
+                    self._say(
+                        f"Relaying the outbox of connection {settings.name!r} (database {settings.outbox.database!r}) "
+                        "here too; --no-relay leaves it to others."
+                    )
+                if scheduler is not None:
+                    self._say(
+                        f"Firing {len(schedules)} schedule(s) here too: {', '.join(s.name for s in schedules)} "
+                        "(each tick once across every scheduler; --no-schedule leaves them to others)."
+                    )
                 for note in _unknown_queue_notes(queue, settings.name, queues):
                     self.stderr.write(note)
                 if (
@@ -199,6 +255,11 @@ class Command(BaseCommand):
                 if reason is ExitReason.EMPTY and options["stop_when_empty"]:
                     self._say(_left_behind(queue, queues))
         finally:
+            if relay is not None:
+                relay.stop()
+            if scheduler is not None:
+                scheduler.stop()
+                connections.queues.dispose_all()  # the connections the scheduler pushed through
             worker.close()
             if isinstance(queue, DisposableQueue):
                 queue.dispose()
@@ -225,13 +286,15 @@ class Command(BaseCommand):
         detail = ""
         if report.error is not None:
             detail = f" ({report.error}" + (f", retry in {report.delay:g}s)" if report.delay is not None else ")")
-        elif report.outcome is JobOutcome.SNOOZED and report.delay is not None:
+        elif report.outcome in (JobOutcome.SNOOZED, JobOutcome.DEFERRED) and report.delay is not None:
             detail = f" (back in {report.delay:g}s)"
         style = {
             JobOutcome.SUCCEEDED: self.style.SUCCESS,
             JobOutcome.RELEASED: self.style.WARNING,
             JobOutcome.SNOOZED: self.style.WARNING,
             JobOutcome.LOST: self.style.WARNING,
+            JobOutcome.SKIPPED: self.style.NOTICE,
+            JobOutcome.DEFERRED: self.style.NOTICE,
             JobOutcome.FAILED: self.style.ERROR,
         }[report.outcome]
         self._say(
@@ -254,6 +317,81 @@ class Command(BaseCommand):
         package_logger.addHandler(handler)
         package_logger.setLevel(LOG_LEVELS.get(min(verbosity, 3), logging.WARNING))
         return handler
+
+
+#: Set for the children of a --processes supervisor that serves their metrics itself.
+METRICS_CHILD = "KINETIS_QUEUE_METRICS_CHILD"
+
+
+def _serve_metrics(port: int | None, processes: int) -> None:
+    """``--metrics-port``: this process serves its metrics (or, supervising children, their sum)."""
+    if port is None or os.environ.get(METRICS_CHILD) == "1":
+        return
+    if not conf.load().metrics:
+        raise CommandError("--metrics-port needs KINETIS_QUEUE['METRICS'] = True")
+    from kinetis_queue.observability.setup import missing_libraries
+
+    missing = missing_libraries(conf.load())
+    if missing:
+        raise CommandError(missing[0])
+    if processes > 1:
+        import tempfile
+
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="kinetis-queue-metrics-")
+        os.environ[METRICS_CHILD] = "1"
+    from kinetis_queue.observability.metrics import start_server
+
+    try:
+        start_server(port)
+    except OSError as exc:
+        raise CommandError(f"--metrics-port {port}: {exc}") from exc
+
+
+def _worker_hooks(connection: str, queues: tuple[str, ...], concurrency: int) -> DeliveryHooks:
+    """The app's hooks of every worker, and this process's entry in the worker registry (queue_workers)."""
+    from kinetis_queue.hooks import HookChain, default_hooks
+    from kinetis_queue.observability.registry import WorkerRegistry
+
+    return HookChain([default_hooks(), WorkerRegistry(connection, queues, concurrency)])
+
+
+def _declared_schedules() -> list[Schedule]:
+    """The schedules this worker fires (every declared one), validated before the worker starts: a
+    declaration that ``manage.py check`` reports (E006) stops it, as it stops ``queue_schedule``."""
+    from kinetis_queue.schedules import declaration
+
+    try:
+        return declaration.load()
+    except KinetisQueueError as exc:
+        raise CommandError(f"the worker cannot start: {exc} (or start it with --no-schedule)") from exc
+
+
+def _start_scheduler(schedules: list[Schedule]) -> BackgroundLoop | None:
+    """A scheduler thread beside the worker when there is anything to fire (kinetis_queue.background).
+
+    A thread, not a step of the reserving loop: the loop waits natively for the next job (BLMOVE, LISTEN,
+    a long poll, a consumer) for up to the poll timeout, and cutting those waits short at every tick would
+    cost every worker wake-ups; the thread sleeps until the next tick (at most scheduler.MAX_WAIT).
+    """
+    if not schedules:
+        return None
+    from kinetis_queue.schedules.scheduler import Scheduler
+
+    scheduler = BackgroundLoop("scheduler", Scheduler(schedules).fire_due)
+    scheduler.start()
+    return scheduler
+
+
+def _start_relay(queue: Queue, settings: conf.ConnectionSettings) -> BackgroundLoop | None:
+    """The outbox relay beside the worker, when its connection has one (kinetis_queue/outbox/relay.py)."""
+    if settings.outbox is None:
+        return None
+    from kinetis_queue.outbox.relay import Relay
+
+    relay = Relay(queue, settings.outbox)
+    loop = BackgroundLoop("outbox relay", relay.step, on_stop=relay.close)
+    loop.start()
+    return loop
 
 
 def _unknown_queue_notes(queue: Queue, connection: str, watched: tuple[str, ...]) -> list[str]:

@@ -1,140 +1,32 @@
 """The failed-jobs admin in headless Chromium: every page as superuser, view-only staff and anonymous,
-each operation clicked through, the list's fit in a 1280 px window. Screenshots go to reports/browser/.
+each operation clicked through, the list's fit in a 1280 px window; the chains-and-batches pages and
+their Cancel. Screenshots go to reports/browser/.
 
-Chromium and its driver are Debian's (``chromium``, ``chromium-driver``; scripts/system-deps.sh installs
-them); Selenium is pointed at /usr/bin/chromedriver and runs offline, so nothing is downloaded.
+The live server, the browser and the Session are shared with the dashboard's browser tests (conftest.py,
+support.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
-from django.contrib.staticfiles.handlers import StaticFilesHandler
-from django.test import Client, override_settings
-from django.test.testcases import LiveServerThread
 from django.urls import reverse
+from django.utils import timezone
 
-from kinetis_queue import queues
-from kinetis_queue.models import FailedJob
-from tests.operator.test_admin import SECRET, STATUS_SETTINGS
+from kinetis_queue import batch, chain, queues
+from kinetis_queue.models import FailedJob, Workflow, WorkflowMember
+from kinetis_queue.workflows import Chain, WorkflowHandle
+from tests import jobs
+from tests.operator.browser.support import HEIGHT, WIDTH, By, Select, Session  # skips the module without selenium
+from tests.operator.test_admin import SECRET
 
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in the dev extra: pip install -e '.[dev]'")
-from selenium.common.exceptions import NoSuchElementException  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support import expected_conditions  # noqa: E402
-from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-SCREENSHOTS = Path(__file__).resolve().parents[3] / "reports" / "browser"
-WIDTH, HEIGHT = 1280, 900
 #: Names as long as real projects have them: the list must still show the failure time.
 LONG_TASK = "acme_billing.tasks.invoicing.reconcile_outstanding_customer_invoices_for_accounting_period"
 LONG_EXCEPTION = "acme_billing.gateways.exceptions.PaymentGatewayTemporarilyUnavailableError"
-
-
-@pytest.fixture(scope="module")
-def live_url(django_db_setup: None) -> Iterator[str]:
-    """Django's live server (with the static files handler) on a free port, for this module."""
-    thread = LiveServerThread("127.0.0.1", StaticFilesHandler)
-    thread.daemon = True
-    thread.start()
-    thread.is_ready.wait()
-    if thread.error is not None:
-        raise thread.error
-    settings = override_settings(ALLOWED_HOSTS=["127.0.0.1", "testserver"], KINETIS_QUEUE=STATUS_SETTINGS)
-    settings.enable()
-    try:
-        yield f"http://127.0.0.1:{thread.port}"
-    finally:
-        settings.disable()
-        thread.terminate()
-        thread.join()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """One headless Chromium for the module; fails loudly when the Debian packages are missing."""
-    for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
-        if not (os.access(path, os.X_OK) or shutil.which(Path(path).name)):
-            pytest.fail(
-                f"{path} is missing: install the Debian package {package} "
-                f"(bash scripts/system-deps.sh, or apt-get install {package})",
-                pytrace=False,
-            )
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never download a browser or a driver
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        f"--window-size={WIDTH},{HEIGHT}",
-    ):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-class Session:
-    """The browser logged in as one user (or nobody) against the live server."""
-
-    def __init__(self, driver: Any, base: str, role: str) -> None:
-        self.driver, self.base, self.role = driver, base, role
-        driver.delete_all_cookies()
-        if role != "anonymous":
-            client = Client()
-            client.force_login(_user(role))
-            driver.get(base + "/static/admin/css/base.css")  # a page on the domain, to set its cookie
-            driver.add_cookie({"name": "sessionid", "value": client.cookies["sessionid"].value, "path": "/"})
-
-    def get(self, url: str) -> str:
-        self.driver.get(self.base + url)
-        return str(self.driver.page_source)
-
-    def shot(self, page: str) -> None:
-        self.driver.save_screenshot(str(SCREENSHOTS / f"{page}-{self.role}.png"))
-
-    def follow(self, css: str) -> None:
-        """Click what ``css`` finds and wait until the page it leads to has loaded."""
-        page = self.find("html")
-        self.find(css).click()
-        wait = WebDriverWait(self.driver, 30)
-        wait.until(expected_conditions.staleness_of(page))
-        wait.until(lambda driver: driver.execute_script("return document.readyState") == "complete")
-
-    def find(self, css: str) -> Any:
-        return self.driver.find_element(By.CSS_SELECTOR, css)
-
-    def has(self, css: str) -> bool:
-        try:
-            self.find(css)
-        except NoSuchElementException:
-            return False
-        return True
-
-
-def _user(role: str) -> User:
-    user = User.objects.create_user(
-        f"b-{role}-{uuid.uuid4().hex[:12]}", password=None, is_staff=True, is_superuser=role == "superuser"
-    )
-    if role == "view_only":
-        user.user_permissions.set(Permission.objects.filter(codename="view_failedjob"))
-    return user
 
 
 def _record(queue_name: str, **fields: Any) -> FailedJob:
@@ -268,3 +160,188 @@ def test_detail_page_retry_and_forget(browser: Any, live_url: str, queue_name: s
     session.follow("input[type=submit][value='Yes, forget']")
     assert f"Failed job {second.pk} forgotten." in session.find(".messagelist").text
     assert not FailedJob.objects.filter(pk=second.pk).exists()
+
+
+# -- chains and batches ---------------------------------------------------------------------------------
+
+
+def _workflows(queue_name: str) -> dict[str, WorkflowHandle]:
+    """One workflow per state, newest first in the list: a running batch (a job, a nested chain, two
+    callbacks), a cancelled chain, a failed batch and a succeeded chain; each member holds the secret."""
+    done = chain([jobs.Records("a"), jobs.Records("b")], queue=queue_name, connection="sync")
+    failed = batch([jobs.Records("c"), jobs.Fails("d", token=SECRET)], queue=queue_name, connection="sync")
+    cancelled = chain([jobs.Fails("e", token=SECRET), jobs.Records("f")], queue=queue_name, connection="sqlite")
+    cancelled.cancel()
+    running = batch(
+        [jobs.Fails("g", token=SECRET), Chain([jobs.Records("h"), jobs.Fails("i", token=SECRET)])],
+        on_success=jobs.Fails("j", token=SECRET),
+        on_complete=jobs.Records("k"),
+        queue=queue_name,
+        connection="sqlite",
+    )
+    return {"running": running, "cancelled": cancelled, "failed": failed, "succeeded": done}
+
+
+@pytest.mark.parametrize("role", ["superuser", "view_only"])
+def test_the_workflow_pages_for_each_user(role: str, browser: Any, live_url: str, queue_name: str) -> None:
+    made = _workflows(queue_name)
+    session = Session(browser, live_url, role)
+    browser.set_window_size(WIDTH, HEIGHT)
+
+    body = session.get(reverse("admin:kinetis_queue_workflow_changelist"))
+    session.shot("workflows-list")
+    assert SECRET not in body
+    rows = session.find("#result_list").text
+    for state, handle in made.items():
+        assert handle.id[:8] in rows, state  # the id's first digits; its title has it whole
+    assert "2/2 1 succeeded, 1 failed, 0 cancelled" in rows  # the failed batch's progress
+    assert session.find(".breadcrumbs").value_of_css_property("background-color") == "rgba(38, 75, 93, 1)"
+    assert session.has("select[name=action]") is (role == "superuser")
+
+    session.follow(
+        f"#result_list a[href^='{reverse('admin:kinetis_queue_workflow_change', args=[made['running'].id])}']"
+    )
+    session.shot("workflow-detail", whole=True)
+    assert SECRET not in str(browser.page_source)
+    members = session.find("#workflow-members").text
+    assert "tests.jobs.Fails" in members and "queued" in members
+    callbacks = session.find("#workflow-callbacks").text
+    assert "on_success" in callbacks and "on_complete" in callbacks and "waiting" in callbacks
+    assert session.has("#cancel-link-workflow") is (role == "superuser")
+
+    session.follow("#workflow-members a")  # the nested chain's own page
+    assert "tests.jobs.Records" in session.find("#workflow-members").text
+    assert f"batch {made['running'].id}" in session.find(".field-parent_link").text
+    assert not session.has("#cancel-link-workflow")  # a nested workflow is cancelled with its top one
+    if role == "superuser":
+        session.shot("workflow-nested", whole=True)
+
+
+def test_cancel_a_workflow_through_its_confirmation(browser: Any, live_url: str, queue_name: str) -> None:
+    made = _workflows(queue_name)
+    other = chain([jobs.Records("l"), jobs.Records("m")], queue=queue_name, connection="sqlite")
+    session = Session(browser, live_url, "superuser")
+    browser.set_window_size(WIDTH, HEIGHT)
+    running = made["running"].id
+
+    session.get(reverse("admin:kinetis_queue_workflow_change", args=[running]))
+    browser.execute_script("arguments[0].scrollIntoView()", session.find(".workflow-operations"))
+    session.follow("#cancel-link-workflow")
+    assert "Are you sure you want to cancel this batch?" in session.find("#content").text
+    session.shot("workflow-cancel-confirmation")
+    session.follow("a.cancel-link")  # "No, take me back": nothing changed
+    assert session.has("#cancel-link-workflow") and Workflow.objects.get(pk=running).state == "running"
+    session.follow("#cancel-link-workflow")
+    session.follow("input[type=submit][value='Yes, cancel']")
+    assert f"Batch {running} cancelled." in session.find(".messagelist").text
+    assert "cancelled" in session.find(".field-state_shown").text
+    assert not session.has("#cancel-link-workflow")
+    session.shot("workflow-cancelled", whole=True)
+    assert {w.state for w in Workflow.objects.filter(root_id=running)} == {"cancelled"}
+
+    session.get(reverse("admin:kinetis_queue_workflow_changelist") + "?state=running")
+    session.find(f"input[name=_selected_action][value='{other.id}']").click()
+    Select(session.find("select[name=action]")).select_by_value("cancel_selected")
+    session.follow("button[name=index]")
+    assert "Are you sure you want to cancel the selected chains and batches?" in session.find("#content").text
+    session.shot("workflows-bulk-cancel-confirmation")
+    session.follow("input[type=submit][value='Yes, cancel']")
+    assert "1 chain(s) and batch(es) cancelled." in session.find(".messagelist").text
+    assert Workflow.objects.get(pk=other.id).state == "cancelled"
+
+
+def _big_workflow(connection: str, queue_name: str, kind: str, states: dict[str, int]) -> Workflow:
+    """A top-level workflow written as the engine writes one, with ``states`` counting its members."""
+    now = timezone.now()
+    running = states.get("queued", 0) > 0
+    workflow = Workflow(
+        id=uuid.uuid4().hex,
+        kind=kind,
+        connection=connection,
+        queue=queue_name,
+        state="running" if running else "failed",
+        created_at=now - timedelta(minutes=5),
+        finished_at=None if running else now,
+    )
+    workflow.root = workflow
+    workflow.save(force_insert=True)
+    index = iter(range(sum(states.values())))
+    WorkflowMember.objects.bulk_create(
+        WorkflowMember(
+            workflow=workflow,
+            index=next(index),
+            kind="job",
+            job_id=uuid.uuid4().hex,
+            job_class=LONG_TASK,
+            state=state,
+            updated_at=now,
+        )
+        for state, count in states.items()
+        for _ in range(count)
+    )
+    return workflow
+
+
+def test_the_workflow_list_fits_1280_pixels(browser: Any, live_url: str, queue_name: str) -> None:
+    """Long connection and queue names, thousands of members: the list still fits beside both sidebars."""
+    connection = f"a-rather-long-connection-name-{uuid.uuid4().hex[:6]}"
+    long_queue = f"{queue_name}-reconcile-outstanding-invoices"
+    _big_workflow(connection, long_queue, "batch", {"succeeded": 9990, "failed": 7, "cancelled": 3})
+    _big_workflow(connection, long_queue, "batch", {"succeeded": 4000, "queued": 6000})
+    _big_workflow(connection, long_queue, "chain", {"succeeded": 12, "failed": 1, "cancelled": 87})
+    session = Session(browser, live_url, "superuser")
+    browser.set_window_size(WIDTH, HEIGHT)
+    session.get(reverse("admin:kinetis_queue_workflow_changelist") + f"?connection={connection}")
+    session.shot("workflows-list-1280")
+    rows = session.find("#result_list").text
+    assert "10000/10000 9990 succeeded, 7 failed, 3 cancelled" in rows
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")) == 3
+    width = browser.execute_script("return window.innerWidth")
+    for cell in browser.find_elements(By.CSS_SELECTOR, "#result_list .field-created_shown"):
+        rect = cell.rect
+        assert cell.is_displayed() and rect["x"] >= 0 and rect["x"] + rect["width"] <= width, rect
+    # Nothing of the table is hidden behind a horizontal scroll.
+    assert browser.execute_script(
+        "const r = document.querySelector('#changelist .results');return r.scrollWidth <= r.clientWidth"
+    ), browser.execute_script(
+        "return [...document.querySelectorAll('#result_list thead th')].map(t => t.className + ':' + t.offsetWidth)"
+    )
+
+
+def test_status_page_pause_and_resume(browser: Any, live_url: str, queue_name: str) -> None:
+    """A superuser pauses a queue (after the confirmation) and resumes it; view-only staff see the state only."""
+    from kinetis_queue.control import paused_queues, resume
+
+    queue = queues["postgres"]
+    queue.push(jobs.Noop(), queue=queue_name)  # listed on the status page
+    row = f"tr[data-connection='postgres'][data-queue='{queue_name}']"
+    status = reverse("admin:kinetis_queue_failedjob_status")
+    try:
+        session = Session(browser, live_url, "superuser")
+        session.get(status)
+        assert session.find(f"{row} .paused-state").text == "no"
+        session.follow(f"{row} input[type=submit][value=Pause]")
+        assert "Are you sure you want to pause the queue" in session.find("#content").text
+        session.shot("status-pause-confirmation")
+        assert paused_queues("postgres").count(queue_name) == 0  # the confirmation page changed nothing
+        session.follow("#pause-confirm-form input[type=submit][value='Yes, pause']")
+        assert "paused: its workers take none of its jobs" in session.find(".messagelist").text
+        assert session.find(f"{row} .paused-state").text == "paused"
+        assert queue_name in paused_queues("postgres")
+        session.shot("status-paused")
+
+        viewer = Session(browser, live_url, "view_only")
+        viewer.get(status)
+        assert viewer.find(f"{row} .paused-state").text == "paused"
+        assert not viewer.has(f"{row} form") and not viewer.has("form.pause-form")
+        viewer.shot("status-paused")
+
+        session = Session(browser, live_url, "superuser")
+        session.get(status)
+        session.follow(f"{row} input[type=submit][value=Resume]")  # no confirmation: resuming loses nothing
+        assert "resumed: its workers take its jobs again" in session.find(".messagelist").text
+        assert session.find(f"{row} .paused-state").text == "no"
+        assert queue_name not in paused_queues("postgres")
+    finally:
+        resume(queue_name, "postgres")
+        queues.clearable("postgres").clear(queue_name)

@@ -1,0 +1,30 @@
+-- push_many: store several envelopes in one call, when they go to several queues or mix delays.
+--
+-- One script call is one round trip, and it runs whole: no other client's command runs in the middle
+-- of it, a call whose bytes did not all arrive never runs, and an out-of-memory refusal comes at its
+-- first write, so nothing is stored. Redis has no rollback: a runtime error part-way (a key someone
+-- made another type) keeps what was written before it.
+--
+-- An immediate envelope goes to the head of its queue's pending list (reserve takes the tail), in
+-- the order given, so the batch pops in that order behind the jobs already waiting; a delayed one
+-- goes to the delayed set scored by its ready-at time.
+--
+-- KEYS[1] = kinetis_queue:{queue}:pending   of the first queue (queue number 1)
+-- KEYS[2] = kinetis_queue:{queue}:delayed
+-- KEYS[2q-1], KEYS[2q] = the same two keys of queue number q
+-- ARGV[3i-2] = envelope i's queue number q (1 for the first queue)
+-- ARGV[3i-1] = envelope i's ready-at time (epoch seconds, the pushing process's clock), "" when immediate
+-- ARGV[3i]   = envelope i, its JSON
+-- Returns the number of envelopes stored
+
+local stored = 0
+for i = 1, #ARGV, 3 do
+    local base = 2 * tonumber(ARGV[i])
+    if ARGV[i + 1] == '' then
+        redis.call('LPUSH', KEYS[base - 1], ARGV[i + 2])
+    else
+        redis.call('ZADD', KEYS[base], ARGV[i + 1], ARGV[i + 2])
+    end
+    stored = stored + 1
+end
+return stored

@@ -1,0 +1,316 @@
+"""One delivery, from the attempt to its one transition and its report (contract: "Worker lifecycle").
+
+Heartbeat held, the job rebuilt and its ``handle()`` run (any exception there is the job's own
+failure), the heartbeat stopped for it, Django connections cleaned, then exactly one settlement
+and the per-job report. Used by ``Worker.process_next()`` and by every slot of the dispatcher
+(kinetis_queue.dispatcher), in the main thread or a pool thread:
+
+- ``--timeout`` in the main thread is SIGALRM (kinetis_queue.job_timeout); in a pool thread it is the
+  watchdog's (kinetis_queue.timeout_watchdog): whoever ``Claim.take()``s first settles the delivery.
+- an ``async def handle`` runs on the process's event loop (kinetis_queue.async_loop), its time limit
+  by cancellation.
+- with an AckBatch, a success's ack is deferred and its report made when the batch's result is known.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from kinetis_queue import crashpoints
+from kinetis_queue.async_loop import run_coroutine
+from kinetis_queue.contracts import JobSettlement, QueuedJob
+from kinetis_queue.exceptions import InvalidQueueArgumentError, JobTimeoutError, StaleJobHandleError
+from kinetis_queue.heartbeat import Heartbeat, RenewalReport
+from kinetis_queue.hooks import SkipDelivery
+from kinetis_queue.hygiene import HYGIENE_FRESH_FOR, reset_connections
+from kinetis_queue.job import Job, JobContext, Snooze, call_handle, handle_arguments
+from kinetis_queue.job_timeout import call_with_timeout
+from kinetis_queue.limits import STORE_FAILURE_DELAY, AtLimit, Slot
+from kinetis_queue.limits.keeper import SlotKeeper
+from kinetis_queue.outcomes import JobOutcome, JobReport
+from kinetis_queue.serializer import deserialize_job
+from kinetis_queue.settlement import Settler, snoozes_of
+from kinetis_queue.timeout_watchdog import Claim, Watchdog
+from kinetis_queue.unique import Superseded, held_lock, store_of
+from kinetis_queue.worker_log import contained, describe, job_name, logger
+
+if TYPE_CHECKING:
+    from kinetis_queue.ack_batch import AckBatch
+    from kinetis_queue.settlement import SettlementPolicy
+
+
+class DeliveryRunner:
+    """Runs deliveries for one worker: any number at once, from any threads."""
+
+    def __init__(
+        self,
+        policy: SettlementPolicy,
+        heartbeat: Heartbeat | None,
+        *,
+        job_timeout: float | None,
+        reporter: Callable[[JobReport], None] | None,
+    ) -> None:
+        self.policy = policy
+        self.heartbeat = heartbeat
+        self.settler = Settler(policy)
+        self.job_timeout = job_timeout
+        self.reporter = reporter
+        #: Set by the dispatcher while it runs: deferred acks, the off-main-thread timeout.
+        self.acks: AckBatch | None = None
+        self.watchdog: Watchdog | None = None
+        #: Called once per delivery when its transition is made (or it ended with an error).
+        self.settled: Callable[[QueuedJob], None] = lambda job: None
+        self.failed: Callable[[BaseException], None] = lambda exc: None
+        #: Concurrency slots (kinetis_queue.limits), built on first need; closed with the worker.
+        self.slots: SlotKeeper | None = None
+        self._local = threading.local()
+        self._abandoned = 0
+        self._abandoned_lock = threading.Lock()
+
+    def abandoned(self) -> int:
+        """How many timed-out jobs, already settled by the watchdog, still run in their threads."""
+        with self._abandoned_lock:
+            return self._abandoned
+
+    def process(self, job: QueuedJob) -> None:
+        """Run ``job``'s attempt and settle it (or leave it to the watchdog that timed it out)."""
+        started = time.perf_counter()
+        if time.monotonic() >= getattr(self._local, "hygiene_due", 0.0):
+            reset_connections()
+        log_context = describe(job)
+        claim = Claim()
+        ended, report = self._attempt(job, log_context, claim, started)
+        if not claim.take():
+            with self._abandoned_lock:
+                self._abandoned -= 1
+            contained(
+                logger.warning,
+                'Job "%s" (attempt %d) ended after its --timeout had settled it; its result is discarded',
+                job_name(job),
+                job.attempts,
+                extra=log_context,
+            )
+            return
+        crashpoints.reach("after_handle")
+        try:
+            self.conclude(job, ended, report, log_context, started)
+        finally:
+            self.policy.hooks.ended(job)
+
+    def conclude(
+        self,
+        job: QueuedJob,
+        ended: BaseException | None,
+        report: RenewalReport | None,
+        log_context: dict[str, Any],
+        started: float,
+    ) -> None:
+        """Make the delivery's one transition for how its attempt ``ended``, then report it."""
+        try:
+            delay = None
+            if isinstance(ended, Snooze):
+                outcome, delay = self.settler.snooze(job, ended, report), ended.delay
+            elif isinstance(ended, SkipDelivery):
+                outcome = self.settler.skip(job, ended, report)
+            elif isinstance(ended, AtLimit):
+                outcome, delay = self.settler.defer(job, ended, report), ended.delay
+            elif ended is None:
+                self.settler.before_success(job)
+                if self.acks is not None:
+                    self.acks.add(job, lambda stale: self._acked(job, stale, report, log_context, started))
+                    return
+                outcome = self.settler.settle(job, JobSettlement.ACK, None, report, log_context=log_context)
+            else:
+                outcome, delay = self.settler.failure(job, ended, report)
+        except BaseException:
+            self.settled(job)
+            raise
+        self.settled(job)
+        error = None if isinstance(ended, (Snooze, SkipDelivery, AtLimit)) else ended
+        self.report(job, outcome, time.perf_counter() - started, error, delay)
+
+    def _acked(
+        self,
+        job: QueuedJob,
+        stale: StaleJobHandleError | None,
+        report: RenewalReport | None,
+        log_context: dict[str, Any],
+        started: float,
+    ) -> None:
+        outcome = self.settler.acked(job, stale, report, log_context)
+        self.settled(job)
+        self.report(job, outcome, time.perf_counter() - started, None, None)
+
+    def _attempt(
+        self, job: QueuedJob, log_context: dict[str, Any], claim: Claim, started: float
+    ) -> tuple[BaseException | None, RenewalReport | None]:
+        """Run one attempt under the heartbeat; what it ended with (None, a Snooze or the job's own
+        error) and the heartbeat's report. Connection hygiene follows, before anything is settled."""
+        if self.heartbeat is not None:
+            self.heartbeat.start(job)
+        ended: BaseException | None = None
+        token: int | None = None
+        slot: Slot | None = None
+        try:
+            instance = deserialize_job(job.job_class, job.args)
+            slot = self._admit(job, instance)
+            context = JobContext(
+                job.id,
+                job.queue,
+                job.attempts,
+                job.max_attempts,
+                self.policy.connection,
+                logging.LoggerAdapter(logger, log_context),
+                snoozes=snoozes_of(job),
+                cancel_check=partial(self.policy.hooks.cancelled, job),
+            )
+            if self._needs_watchdog(instance):
+                token = self._arm(job, claim, log_context, started)
+            self.policy.hooks.started(job)
+            # Per-job hygiene: handle() runs in a copy of the worker's context, so whatever it
+            # activates through context variables (Django's translation and time zone, any
+            # asgiref Local) ends with it and never reaches the next job.
+            contextvars.copy_context().run(self._call, instance, context, token is not None)
+        except BaseException as exc:
+            # Contract: whatever handle() or rebuilding the job raises is the job's own failure (or
+            # its Snooze), SystemExit and KeyboardInterrupt included (the worker turns its own SIGINT
+            # and SIGTERM into a stop flag); only an operator's Ctrl-C outside run() propagates.
+            if _operator_interrupt(exc):
+                raise
+            ended = exc
+        finally:
+            if token is not None and self.watchdog is not None:
+                self.watchdog.disarm(token)
+            report = self.heartbeat.stop(job) if self.heartbeat is not None else None
+            # Before settling: a transaction the job left open is rolled back here, so the
+            # settlement's own writes (the FailedJob record above all) are never inside it.
+            reset_connections()
+            self._local.hygiene_due = time.monotonic() + HYGIENE_FRESH_FOR
+            if slot is not None:  # after the reset: a slot row is never written inside the job's transaction
+                self._slot_keeper().give_back(slot)
+        return ended, report
+
+    def _admit(self, job: QueuedJob, instance: Job) -> Slot | None:
+        """Before the attempt: the concurrency slot its class's limit needs (kinetis_queue.limits), then
+        the unique lock's start (kinetis_queue.unique). Raises AtLimit (the delivery is given back
+        unstarted, no attempt charged) when the key is at its limit or a store could not be reached,
+        Superseded when a debounced push replaced the delivery. Returns the slot held, if any."""
+        self.policy.hooks.admit(job)  # paused queues, cancellation, workflows: SkipDelivery or AtLimit
+        limit = type(instance).concurrency_limit
+        slot = None
+        try:
+            if limit is not None:
+                slot = self._slot_keeper().take(instance, limit)
+                if slot is None:
+                    raise AtLimit(limit.delay, f"its concurrency key is at its limit of {limit.max}")
+            held = held_lock(job)
+            if held is not None and not store_of(self.policy.queue, held).started(self.policy.queue, job, held):
+                raise Superseded
+        except (AtLimit, SkipDelivery, InvalidQueueArgumentError):
+            if slot is not None and self.slots is not None:
+                self.slots.give_back(slot)
+            raise  # a key callable that failed (InvalidQueueArgumentError) is the job's own failure
+        except Exception as exc:
+            if slot is not None and self.slots is not None:
+                self.slots.give_back(slot)
+            raise AtLimit(
+                STORE_FAILURE_DELAY,
+                f"the store of its concurrency slots or unique lock failed ({type(exc).__name__}: {exc})",
+                unexpected=True,
+            ) from exc
+        return slot
+
+    def _slot_keeper(self) -> SlotKeeper:
+        """The worker's SlotKeeper, built on the first delivery of a class with a concurrency limit."""
+        keeper = self.slots
+        if keeper is None:
+            with self._abandoned_lock:
+                keeper = self.slots
+                if keeper is None:  # pragma: no branch - else another pool thread built it since the look above
+                    keeper = self.slots = SlotKeeper(self.policy.queue)
+        return keeper
+
+    def _needs_watchdog(self, instance: Any) -> bool:
+        """A sync job with a time limit, off the main thread: SIGALRM cannot reach it."""
+        return (
+            self.job_timeout is not None
+            and self.watchdog is not None
+            and threading.current_thread() is not threading.main_thread()
+            and not inspect.iscoroutinefunction(type(instance).handle)
+        )
+
+    def _call(self, instance: Any, context: JobContext, watched: bool) -> None:
+        """handle() under this attempt's limit: cancellation (async), SIGALRM (main thread), the
+        watchdog already armed (``watched``), or none."""
+        if inspect.iscoroutinefunction(type(instance).handle):
+            run_coroutine(instance.handle(**handle_arguments(instance, context)), self.job_timeout)
+        elif self.job_timeout is None or watched:
+            call_handle(instance, context)
+        else:
+            call_with_timeout(instance, context, self.job_timeout)
+
+    def _arm(self, job: QueuedJob, claim: Claim, log_context: dict[str, Any], started: float) -> int:
+        assert self.watchdog is not None and self.job_timeout is not None
+        seconds = self.job_timeout
+
+        def expired() -> None:
+            if not claim.take():
+                return
+            with self._abandoned_lock:
+                self._abandoned += 1
+            report = self.heartbeat.stop(job) if self.heartbeat is not None else None
+            try:
+                self.conclude(job, JobTimeoutError(seconds), report, log_context, started)
+            except BaseException as exc:
+                self.failed(exc)
+            finally:
+                reset_connections()
+
+        return self.watchdog.arm(seconds, expired)
+
+    def report(
+        self, job: QueuedJob, outcome: JobOutcome, duration: float, error: BaseException | None, delay: float | None
+    ) -> None:
+        """Hand the delivery's JobReport to the reporter (the command's per-job line) and to the hooks that
+        want it (metrics, the worker registry); contained."""
+        hooks = self.policy.hooks
+        if self.reporter is None and not hooks.wants_reports:
+            return
+        report = JobReport(
+            job.job_class,
+            job.queue,
+            job.id,
+            job.attempts,
+            outcome,
+            duration,
+            None if error is None else type(error).__name__,
+            delay,
+            job_name(job),
+        )
+        try:
+            if hooks.wants_reports:
+                hooks.reported(job, report)
+            if self.reporter is not None:
+                self.reporter(report)
+        except Exception as exc:
+            contained(logger.error, "The job reporter raised %s (contained)", type(exc).__name__)
+
+
+def _operator_interrupt(exc: BaseException) -> bool:
+    """True for a KeyboardInterrupt that may be the operator's Ctrl-C: raised in the main thread while
+    Python's own SIGINT handler is installed (process_next() called outside run()). Under run() the
+    worker's handler only sets the stop flag, so a KeyboardInterrupt there is the job's own."""
+    import signal
+
+    return (
+        isinstance(exc, KeyboardInterrupt)
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )

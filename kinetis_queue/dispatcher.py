@@ -1,0 +1,286 @@
+"""``Worker.run()``'s loop: reserve deliveries in batches, run up to ``concurrency`` at once, stop cleanly.
+
+The main thread is the only one that reserves: it waits for a free slot, flushes the deferred acks
+(kinetis_queue.ack_batch), then calls ``Queue.pop_many()`` for the free slots plus an adaptive
+prefetch, and hands each delivery to a slot. At concurrency 1 the slot is the main thread itself (so
+``--timeout`` keeps its SIGALRM); above, a pool of that many long-lived threads, each with its own
+Django connections, cleaned per job as before (kinetis_queue.delivery).
+
+Prefetch: a delivery reserved ahead waits for a slot, so the loop reserves ahead only about as many
+deliveries as finished in the last PREFETCH_WINDOW (none while jobs are slow), at most ``prefetch``;
+in the pool, a delivery still waiting after PREFETCH_HOLD seconds is given back with
+``Queue.unreserve()``. Every held delivery, running or waiting, is renewed by the heartbeat. The
+exposure: a worker killed while holding K deliveries charges each of them one attempt (they come back
+when their leases expire), and nothing else.
+
+Stopping (a limit, stop(), the first SIGTERM/SIGINT): reserve no more, give back every waiting
+delivery with ``unreserve()`` (same attempt number next time), let every running job finish, flush
+the acks, return. Limits count deliveries across the whole process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from django.db import connections
+
+from kinetis_queue import crashpoints
+from kinetis_queue.ack_batch import AckBatch
+from kinetis_queue.contracts import QueuedJob
+from kinetis_queue.exceptions import StaleJobHandleError
+from kinetis_queue.hooks import PAUSED_WAIT
+from kinetis_queue.outcomes import ExitReason
+from kinetis_queue.timeout_watchdog import Watchdog
+from kinetis_queue.worker_log import contained, describe, job_name, logger
+
+if TYPE_CHECKING:
+    from kinetis_queue.delivery import DeliveryRunner
+    from kinetis_queue.run_limits import RunLimits
+    from kinetis_queue.worker import Worker
+
+#: Prefetch reserves ahead as many deliveries as finished within this many seconds.
+PREFETCH_WINDOW: Final = 0.1
+#: In the pool, a prefetched delivery not started within this many seconds is given back.
+PREFETCH_HOLD: Final = 1.0
+#: How often a main thread waiting for a slot looks at the stop flag and the prefetched deliveries.
+SLOT_WAIT: Final = 0.1
+
+
+class Dispatcher:
+    """Runs one ``Worker.run()``: the reserving loop, the slots, and the clean stop."""
+
+    def __init__(self, worker: Worker, runner: DeliveryRunner, concurrency: int, prefetch: int) -> None:
+        self.worker = worker
+        self.runner = runner
+        self.concurrency = concurrency
+        self.prefetch = prefetch
+        self.acks = AckBatch(worker.queue)
+        self._cond = threading.Condition()
+        self._waiting: deque[tuple[QueuedJob, float]] = deque()
+        self._busy = 0  # slots whose thread runs a job (a timed-out job's thread included)
+        self._finished: deque[float] = deque()
+        self._error: BaseException | None = None
+        self._threads: list[threading.Thread] = []
+        self._inbox: deque[QueuedJob | None] = deque()
+        self.taken = 0
+
+    def busy(self) -> bool:
+        """Whether a job is running now (a second signal then exits at once)."""
+        with self._cond:
+            return self._busy > 0
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run(self, timeout: float, queues: Sequence[str], limits: RunLimits) -> ExitReason:
+        self.runner.acks = self.acks
+        self.runner.watchdog = Watchdog() if self.concurrency > 1 else None
+        self.runner.settled = self._settled
+        self.runner.failed = self._failed
+        try:
+            reason = self._loop(timeout, queues, limits)
+        finally:
+            self._wind_down()
+            self.runner.settled = lambda job: None
+            self.runner.failed = lambda exc: None
+        self._raise_errors()
+        return reason
+
+    def _loop(self, timeout: float, queues: Sequence[str], limits: RunLimits) -> ExitReason:
+        limits.start()
+        while True:
+            self._raise_errors()
+            if self.worker.stopping:
+                return ExitReason.SHUTDOWN
+            if not self._wait_for_slot():
+                continue
+            if self._waiting:
+                found = True
+            else:
+                found = self._reserve(limits.poll_wait(timeout), queues, limits)
+                if not found and limits.stop_when_empty and self.busy():
+                    self._wait_idle()  # a running job may still release a retry: not empty yet
+                    continue
+            if self._waiting and not self.worker.stopping:  # a signal during the reservation: give it back
+                self._dispatch(self._waiting.popleft()[0])
+            reason = limits.reached(found, self.taken, self.worker.stopping)
+            if reason is not None:
+                return reason
+
+    def _reserve(self, wait: float, queues: Sequence[str], limits: RunLimits) -> bool:
+        """Flush the acks, then reserve for the free slots and the prefetch; True when anything came."""
+        self.acks.flush()
+        self._raise_errors()
+        want = max(1, self._free() + self._prefetch_size())
+        if limits.once:
+            want = 1
+        elif limits.max_jobs is not None:
+            want = max(1, min(want, limits.max_jobs - self.taken))
+        active = self.worker.hooks.active(tuple(queues))
+        if not active and queues:  # every queue is paused: look again soon (a resume takes about a second)
+            time.sleep(min(wait, PAUSED_WAIT))
+            return False
+        if len(active) < len(queues):  # some are paused: a short look, so that a resume is seen as soon
+            wait = min(wait, PAUSED_WAIT)
+        reserved = self.worker.queue.pop_many(wait, active, want)
+        for malformed in reserved.malformed:
+            contained(logger.warning, "%s", malformed)
+            self.taken += 1
+            with self._cond:  # pool threads count their deliveries too
+                self.worker.processed += 1
+        now = time.monotonic()
+        for job in reserved.jobs:
+            if self.runner.heartbeat is not None:
+                self.runner.heartbeat.start(job)
+            self._waiting.append((job, now))
+        return bool(reserved)
+
+    def _prefetch_size(self) -> int:
+        if self.prefetch == 0:
+            return 0
+        with self._cond:
+            horizon = time.monotonic() - PREFETCH_WINDOW
+            while self._finished and self._finished[0] < horizon:
+                self._finished.popleft()
+            return min(self.prefetch, len(self._finished))
+
+    def _free(self) -> int:
+        with self._cond:
+            return 1 if self.concurrency == 1 else self.concurrency - self._busy
+
+    # -- the slots --------------------------------------------------------------------------------
+
+    def _dispatch(self, job: QueuedJob) -> None:
+        self.taken += 1
+        crashpoints.reach("after_pop")  # test-only; off unless KQ_CRASHPOINT names it
+        if self.concurrency == 1:
+            with self._cond:
+                self._busy += 1
+            try:
+                self.runner.process(job)
+            finally:
+                with self._cond:
+                    self._busy -= 1
+            return
+        with self._cond:
+            self._busy += 1
+            self._inbox.append(job)
+            if len(self._threads) < self.concurrency:
+                thread = threading.Thread(target=self._slot, name=f"kinetis-queue-job-{len(self._threads) + 1}")
+                thread.daemon = True
+                self._threads.append(thread)
+                thread.start()
+            self._cond.notify_all()
+
+    def _slot(self) -> None:
+        """One pool thread: runs the deliveries handed to it until told to end."""
+        try:
+            while True:
+                with self._cond:
+                    while not self._inbox:
+                        self._cond.wait()
+                    job = self._inbox.popleft()
+                if job is None:
+                    return
+                try:
+                    self.runner.process(job)
+                except BaseException as exc:
+                    self._failed(exc)
+                finally:
+                    with self._cond:
+                        self._busy -= 1
+                        self._cond.notify_all()
+        finally:
+            connections.close_all()
+
+    def _wait_for_slot(self) -> bool:
+        """Wait until a slot is free; False when the worker is stopping instead."""
+        with self._cond:
+            while self.concurrency > 1 and self._busy >= self.concurrency and not self.worker.stopping:
+                if self._error is not None:
+                    return True
+                self._cond.wait(SLOT_WAIT)
+                self._give_back_held()
+        return not self.worker.stopping
+
+    def _give_back_held(self) -> None:
+        """Unreserve the prefetched deliveries once the oldest waited PREFETCH_HOLD seconds for a slot."""
+        if self._waiting and time.monotonic() - self._waiting[0][1] >= PREFETCH_HOLD:
+            self._cond.release()
+            try:
+                self._unreserve_waiting()
+            finally:
+                self._cond.acquire()
+
+    def _wait_idle(self) -> None:
+        with self._cond:
+            while self._busy and self._error is None:
+                self._cond.wait(SLOT_WAIT)
+
+    def _settled(self, job: QueuedJob) -> None:
+        with self._cond:
+            self.worker.processed += 1
+            if self.prefetch:  # only _prefetch_size() reads (and prunes) it: none kept without prefetch
+                self._finished.append(time.monotonic())
+
+    def _failed(self, exc: BaseException) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = exc
+            self._cond.notify_all()
+
+    def _raise_errors(self) -> None:
+        self.acks.raise_error()
+        with self._cond:
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    # -- stopping ---------------------------------------------------------------------------------
+
+    def _wind_down(self) -> None:
+        """Give back what waits, let what runs finish, flush the acks, end the pool."""
+        self._unreserve_waiting()
+        with self._cond:
+            while self._busy > 0 and not self._only_abandoned_left():
+                self._cond.wait(SLOT_WAIT)
+            self._inbox.extend([None] * len(self._threads))
+            self._cond.notify_all()
+        self.acks.close()
+        if self.runner.watchdog is not None:
+            self.runner.watchdog.close()
+        for thread in self._threads:
+            thread.join(SLOT_WAIT)
+        self.runner.acks = self.runner.watchdog = None
+
+    def _only_abandoned_left(self) -> bool:
+        """True when every busy slot runs a job whose --timeout already settled it (left to finish alone)."""
+        return self._busy <= self.runner.abandoned()
+
+    def _unreserve_waiting(self) -> None:
+        while self._waiting:
+            job, _ = self._waiting.popleft()
+            if self.runner.heartbeat is not None:
+                self.runner.heartbeat.stop(job)
+            try:
+                self.worker.queue.unreserve(job)
+            except StaleJobHandleError:
+                contained(
+                    logger.warning,
+                    'Job "%s" (attempt %d): unreserve() was refused as stale; another delivery owns it',
+                    job_name(job),
+                    job.attempts,
+                    extra=describe(job),
+                )
+            except Exception as exc:
+                contained(
+                    logger.error,
+                    'Job "%s" (attempt %d) could not be given back (%s); it returns when its lease expires',
+                    job_name(job),
+                    job.attempts,
+                    type(exc).__name__,
+                    extra=describe(job),
+                )

@@ -1,0 +1,160 @@
+"""What the Django glue plugs into a worker around each delivery: paused queues, cancellation, workflows.
+
+The worker knows only this interface; the implementations live above it (kinetis_queue/control for
+pausing and cancellation, kinetis_queue/workflows for chains and batches), and the app sets
+``DEFAULT`` at start-up so that every Worker uses them. Every method is on the delivery's path, so
+each must answer from memory for a job that is none of its business (a set lookup, a metadata key).
+
+The calls, in a delivery's order: ``active()`` filters the queues a reservation pops; ``admit()``
+decides, before the attempt, whether it runs (raising SkipDelivery or AtLimit when not);
+``succeeding()`` / ``failing()`` run just before the ack of a success / the fail() of a final failure
+(an error there propagates and nothing is settled, as a failed-job record's); ``ended()`` after the
+attempt, whatever it became. ``cancelled()`` answers JobContext.cancelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
+    from kinetis_queue.outcomes import JobReport
+
+
+#: How long a worker whose every watched queue is paused waits before it looks again (seconds).
+PAUSED_WAIT: Final = 0.5
+
+
+class SkipDelivery(Exception):  # a marker, not an error
+    """Raised in place of a delivery's attempt that must not run (cancelled, superseded, done already):
+    the delivery is acked without running (JobOutcome.SKIPPED). ``reason`` is logged."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class DeliveryHooks:
+    """Behaviour around deliveries; this base does nothing (every method is an optional hook)."""
+
+    #: Whether ``reported()`` wants every delivery's JobReport (building one costs the worker a little).
+    wants_reports: bool = False
+
+    def start(self, queue: Queue) -> None:
+        """The worker's run begins on ``queue`` (start background refreshes here)."""
+
+    def stop(self) -> None:
+        """The worker's run ended."""
+
+    def active(self, queues: tuple[str, ...]) -> tuple[str, ...]:
+        """The queues of ``queues`` a reservation may pop now (the paused ones left out), in order."""
+        return queues
+
+    def admit(self, job: QueuedJob) -> None:
+        """Before the attempt: raise SkipDelivery (or limits.AtLimit) when it must not run now."""
+
+    def cancelled(self, job: QueuedJob) -> bool:
+        """Whether the job was cancelled (JobContext.cancelled)."""
+        return False
+
+    def started(self, job: QueuedJob) -> None:
+        """The attempt was admitted and its handle() is about to run."""
+
+    def succeeding(self, job: QueuedJob) -> None:
+        """Just before the ack of a successful attempt."""
+
+    def failing(self, job: QueuedJob) -> None:
+        """Just before the fail() of an attempt that failed for good."""
+
+    def ended(self, job: QueuedJob) -> None:
+        """The attempt ended, whatever it became (skipped and deferred ones included)."""
+
+    def reported(self, job: QueuedJob, report: JobReport) -> None:
+        """What the delivery became (only when ``wants_reports``): its outcome, duration and error class."""
+
+
+class HookChain(DeliveryHooks):
+    """Several hooks, each asked in turn: for each method, only those that override it (the base's
+    no-ops cost a delivery nothing)."""
+
+    hooks: tuple[DeliveryHooks, ...]
+
+    def __init__(self, hooks: Sequence[DeliveryHooks]) -> None:
+        # A chain in a chain is flattened: one loop per call, whatever the nesting.
+        self.hooks = tuple(
+            inner for hook in hooks for inner in (hook.hooks if isinstance(hook, HookChain) else (hook,))
+        )
+        self.wants_reports = any(hook.wants_reports for hook in self.hooks)
+
+        def overriding(name: str) -> tuple[Any, ...]:
+            base = getattr(DeliveryHooks, name)
+            return tuple(getattr(hook, name) for hook in self.hooks if getattr(type(hook), name) is not base)
+
+        self._start = overriding("start")
+        self._stop = overriding("stop")
+        self._active = overriding("active")
+        self._admit = overriding("admit")
+        self._cancelled = overriding("cancelled")
+        self._started = overriding("started")
+        self._succeeding = overriding("succeeding")
+        self._failing = overriding("failing")
+        self._ended = overriding("ended")
+        self._reported = tuple(hook.reported for hook in self.hooks if hook.wants_reports)
+
+    def start(self, queue: Queue) -> None:
+        for start in self._start:
+            start(queue)
+
+    def stop(self) -> None:
+        for stop in self._stop:
+            stop()
+
+    def active(self, queues: tuple[str, ...]) -> tuple[str, ...]:
+        for active in self._active:
+            queues = active(queues)
+        return queues
+
+    def admit(self, job: QueuedJob) -> None:
+        for admit in self._admit:
+            admit(job)
+
+    def cancelled(self, job: QueuedJob) -> bool:
+        return any(cancelled(job) for cancelled in self._cancelled)
+
+    def succeeding(self, job: QueuedJob) -> None:
+        for succeeding in self._succeeding:
+            succeeding(job)
+
+    def failing(self, job: QueuedJob) -> None:
+        for failing in self._failing:
+            failing(job)
+
+    def started(self, job: QueuedJob) -> None:
+        for started in self._started:
+            started(job)
+
+    def ended(self, job: QueuedJob) -> None:
+        for ended in self._ended:
+            ended(job)
+
+    def reported(self, job: QueuedJob, report: JobReport) -> None:
+        for reported in self._reported:
+            reported(job, report)
+
+
+#: Push-side observers (metrics, tracing), set by the app's ready() when enabled; empty by default, so a
+#: push pays one emptiness test. A provider returns metadata a push carries (the trace context, the
+#: correlation id), given the connection's queue, the queue name and the job's class; an observer sees each
+#: push once stored.
+METADATA_PROVIDERS: list[Callable[[Queue, str, str], dict[str, Any]]] = []
+PUSH_OBSERVERS: list[Callable[[Queue, Sequence[PreparedPush]], None]] = []
+
+
+#: Builds the hooks of a new Worker: set by the app's ready() (kinetis_queue/apps.py); None: no hooks.
+DEFAULT: Callable[[], DeliveryHooks] | None = None
+
+
+def default_hooks() -> DeliveryHooks:
+    """The hooks a Worker gets when it is given none: the app's, else none."""
+    return DeliveryHooks() if DEFAULT is None else DEFAULT()

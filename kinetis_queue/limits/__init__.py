@@ -1,0 +1,142 @@
+"""Concurrency limits per key: at most N jobs of one key run at once across every worker (docs/limits.md).
+
+``@limit_concurrency(key=..., max=N)`` on a Job class. Before a delivery's attempt starts, the worker
+takes one of the key's N slots from the connection's ``SlotStore``; when all are taken, it gives the
+delivery back with ``Queue.unreserve(job, delay)``, which charges no attempt, and it comes back after
+the delay. A slot is a lease: held for ``lease`` seconds, renewed while the job runs, given back when
+the attempt ends, and free again by itself once a crashed worker stops renewing it.
+
+The key is read from the rebuilt job (a string, or a callable of the job), so it never travels in
+the message and a deploy that changes ``max`` applies to every waiting job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from kinetis_queue.exceptions import InvalidQueueArgumentError
+from kinetis_queue.job import Job, job_class_path
+from kinetis_queue.validation import MAX_RETRY_DELAY
+
+if TYPE_CHECKING:
+    from kinetis_queue.contracts import Queue
+
+#: The largest ``max`` (slots are rows or set members: keep them few).
+MAX_SLOTS: Final = 1000
+#: Seconds a delivery given back at its limit waits by default before it may be popped again.
+DEFAULT_DELAY: Final = 1.0
+#: A slot's lease on a backend without a visibility timeout (RabbitMQ), in seconds.
+DEFAULT_LEASE: Final = 60
+#: Seconds a delivery waits before it is tried again when the slot or lock store failed before its attempt.
+STORE_FAILURE_DELAY: Final = 5.0
+#: The longest key a job may give (characters): it is hashed, never stored as written.
+MAX_KEY_LENGTH: Final = 1000
+
+J = TypeVar("J", bound=type[Job])
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurrencyLimit:
+    """A Job class's limit: how its jobs' key is found, how many may run at once, the give-back delay."""
+
+    key: str | Callable[[Any], str]
+    max: int
+    delay: float
+
+    def key_of(self, job: Job) -> str:
+        """The job's key as written: a string key as it is (the classes naming it share its slots), a
+        callable's result after the class path (so two classes' keys never meet by accident)."""
+        if isinstance(self.key, str):
+            return self.key
+        try:
+            value = self.key(job)
+        except Exception as exc:  # its message may hold argument values: only the type is shown
+            raise InvalidQueueArgumentError(
+                f"the concurrency key of {job_class_path(type(job))} raised {type(exc).__name__}"
+            ) from None
+        if type(value) is not str or not 0 < len(value) <= MAX_KEY_LENGTH:
+            raise InvalidQueueArgumentError(
+                f"the concurrency key of {job_class_path(type(job))} must be a non-empty str of at most "
+                f"{MAX_KEY_LENGTH} characters"
+            )
+        return f"{job_class_path(type(job))}\0{value}"
+
+
+def limit_concurrency(
+    *, key: str | Callable[[Any], str] | None = None, max: int, delay: float = DEFAULT_DELAY
+) -> Callable[[J], J]:
+    """Class decorator: at most ``max`` jobs of one ``key`` run at once on the connection, across workers.
+
+    ``key`` is a string (every job of the class shares it; two classes naming the same string share
+    their slots) or a callable taking the job and returning a string (``lambda job: f"customer:{job.customer_id}"``);
+    None, the default, is the class itself. A delivery finding the key at its limit is given back for
+    ``delay`` seconds, no attempt charged.
+    """
+    if key is not None and not isinstance(key, str) and not callable(key):
+        raise TypeError("limit_concurrency(key=...) takes a str or a callable of the job")
+    if isinstance(key, str) and not 0 < len(key) <= MAX_KEY_LENGTH:
+        raise ValueError(f"limit_concurrency(key=...) must be 1 to {MAX_KEY_LENGTH} characters")
+    if type(max) is not int or not 1 <= max <= MAX_SLOTS:
+        raise ValueError(f"limit_concurrency(max=...) must be an int from 1 to {MAX_SLOTS}")
+    if type(delay) not in (int, float) or not 0 < delay <= MAX_RETRY_DELAY:
+        raise ValueError(f"limit_concurrency(delay=...) must be a number of seconds above 0, at most {MAX_RETRY_DELAY}")
+
+    def apply(cls: J) -> J:
+        if not (isinstance(cls, type) and issubclass(cls, Job)):
+            raise TypeError("@limit_concurrency decorates a Job subclass")
+        cls.concurrency_limit = ConcurrencyLimit(job_class_path(cls) if key is None else key, max, float(delay))
+        return cls
+
+    return apply
+
+
+def slot_key(connection: str | None, key: str) -> str:
+    """The slot key a store writes: 32 hex digits of the connection's name and the key."""
+    return hashlib.sha256(f"kinetis_queue.limit\0{connection or ''}\0{key}".encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One slot a delivery holds: its key, its number where the store numbers them, and the holder's token."""
+
+    key: str
+    number: int
+    token: str
+
+
+class AtLimit(Exception):  # a marker, not an error
+    """Raised by the worker in place of a delivery's attempt when it may not start now: its key is at its
+    limit, or the store that decides could not be reached. The delivery is given back with
+    ``Queue.unreserve(job, delay)`` (JobOutcome.DEFERRED), no attempt charged; ``reason`` is logged
+    (a warning when ``unexpected``)."""
+
+    def __init__(self, delay: float, reason: str, *, unexpected: bool = False) -> None:
+        super().__init__(reason)
+        self.delay = delay
+        self.unexpected = unexpected
+
+
+class SlotStore(ABC):
+    """Where a connection's concurrency slots live: take one, renew it, give it back (each fenced by token)."""
+
+    @abstractmethod
+    def acquire(self, key: str, limit: int, token: str, lease: float) -> Slot | None:
+        """Take a free slot of ``key`` (fewer than ``limit`` held, expired ones free) for ``lease`` seconds;
+        None when all are held."""
+
+    @abstractmethod
+    def renew(self, slot: Slot, lease: float) -> None:
+        """Hold ``slot`` for ``lease`` more seconds, if its token still holds it."""
+
+    @abstractmethod
+    def release(self, slot: Slot) -> None:
+        """Give ``slot`` back, if its token still holds it."""
+
+
+#: The SlotStore of backends without one of their own, given the queue: the Django database's (the
+#: connection's own database for the SQL backend), set by the app's ready().
+DEFAULT_STORE: Callable[[Queue], SlotStore] | None = None

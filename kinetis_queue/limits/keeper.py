@@ -1,0 +1,94 @@
+"""The worker's side of concurrency limits: take a delivery's slot, keep it renewed, give it back.
+
+One ``SlotKeeper`` per worker, built on the first delivery of a limited class (no thread otherwise).
+A slot is leased for ``Queue.slot_lease()`` (the connection's visibility timeout, RabbitMQ's SLOT_LEASE)
+and renewed every third of it from one thread for every slot held; a crashed worker's
+slots are free once their leases end. A failed renewal or release is logged and otherwise left to
+the lease: the slot frees itself when its lease ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+
+from django.db import connections
+
+from kinetis_queue.contracts import Queue
+from kinetis_queue.job import Job
+from kinetis_queue.limits import ConcurrencyLimit, Slot, slot_key
+
+logger = logging.getLogger("kinetis_queue.worker")
+
+
+class SlotKeeper:
+    """Takes, renews and gives back the concurrency slots of one worker's deliveries; thread-safe."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+        self.store = queue.slot_store()
+        self.lease = queue.slot_lease()
+        self._cond = threading.Condition()
+        self._held: dict[str, Slot] = {}
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def take(self, instance: Job, limit: ConcurrencyLimit) -> Slot | None:
+        """One of the job's key's slots, held (and renewed) until ``give_back()``; None at the limit."""
+        key = slot_key(self.queue.connection, limit.key_of(instance))
+        slot = self.store.acquire(key, limit.max, uuid.uuid4().hex, self.lease)
+        if slot is not None:
+            with self._cond:
+                self._held[slot.token] = slot
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._renew_loop, name="kinetis-queue-slots", daemon=True)
+                    self._thread.start()
+        return slot
+
+    def give_back(self, slot: Slot) -> None:
+        """Release ``slot`` (its attempt ended); a failure leaves it to its lease."""
+        with self._cond:
+            self._held.pop(slot.token, None)
+        try:
+            self.store.release(slot)
+        except Exception as exc:
+            logger.warning(
+                "A concurrency slot could not be given back (%s); it frees itself within %gs",
+                type(exc).__name__,
+                self.lease,
+            )
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _renew_loop(self) -> None:
+        interval = self.lease / 3
+        try:
+            with self._cond:
+                while not self._closed:
+                    self._cond.wait(interval)
+                    held = list(self._held.values())
+                    self._cond.release()
+                    try:
+                        self._renew(held)
+                    finally:
+                        self._cond.acquire()
+        finally:
+            connections.close_all()
+
+    def _renew(self, held: list[Slot]) -> None:
+        started = time.monotonic()
+        for slot in held:
+            try:
+                self.store.renew(slot, self.lease)
+            except Exception as exc:  # the lease runs on; the next round tries again
+                logger.warning("A concurrency slot's renewal failed (%s)", type(exc).__name__)
+            if time.monotonic() - started > self.lease / 3:
+                logger.warning("Renewing %d concurrency slots takes longer than a third of their lease", len(held))
+                return

@@ -1,0 +1,17 @@
+"""The queue_* commands' plain-text tables: columns as wide as their widest cell, two spaces apart."""
+
+from __future__ import annotations
+
+from collections.abc import Container, Sequence
+
+
+def table(rows: Sequence[Sequence[str]], numeric: Container[int] = ()) -> list[str]:
+    """The lines of ``rows`` (the first is the header): the columns in ``numeric`` right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.rjust(width) if i in numeric else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]

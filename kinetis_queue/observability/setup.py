@@ -1,0 +1,95 @@
+"""Switching the observability parts on from KINETIS_QUEUE (METRICS, TRACING, JOB_LOG, HISTORY), at start-up and
+whenever the setting changes: the push-side providers and observers, and the hooks of each new Worker."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from kinetis_queue import conf, hooks
+from kinetis_queue.exceptions import QueueConfigurationError
+
+#: Each switch's module and the pip extra it needs.
+NEEDS = {"METRICS": ("prometheus_client", "metrics"), "TRACING": ("opentelemetry", "otel")}
+
+
+def missing_libraries(settings: conf.QueueSettings) -> list[str]:
+    """The switches on whose library is not installed (check kinetis_queue.E008)."""
+    wanted = {"METRICS": settings.metrics, "TRACING": settings.tracing}
+    return [
+        f"KINETIS_QUEUE['{name}'] needs {module}: pip install 'kinetis-queue[{extra}]'"
+        for name, (module, extra) in NEEDS.items()
+        if wanted[name] and importlib.util.find_spec(module) is None
+    ]
+
+
+def _flags() -> tuple[bool, bool, bool, bool]:
+    """METRICS, TRACING, JOB_LOG and HISTORY as the setting has them (the first two off while their library
+    is missing, the whole lot off while the setting is invalid: the checks report both)."""
+    try:
+        settings = conf.load()
+    except QueueConfigurationError:
+        return False, False, False, False
+    if missing_libraries(settings):
+        return False, False, settings.job_log, settings.history
+    return settings.metrics, settings.tracing, settings.job_log, settings.history
+
+
+def configure() -> None:
+    """Install the push-side providers and observers the setting asks for (and only those)."""
+    from kinetis_queue.observability import correlation, tally
+    from kinetis_queue.observability import history as history_module
+
+    metrics, tracing, _, history = _flags()
+    providers: list[Any] = [correlation.push_metadata]
+    observers: list[Any] = []
+    history_module.switch(history)
+    per_process_metrics = False
+    if metrics:
+        from kinetis_queue.observability import metrics as metrics_module
+
+        metrics_module.register()
+        per_process_metrics = metrics_module.multiprocess()
+        if per_process_metrics:
+            observers.append(metrics_module.observe_pushes)
+    if history or (metrics and not per_process_metrics):
+        observers.append(tally.observe_pushes)
+    if tracing:
+        from kinetis_queue.observability import tracing as tracing_module
+
+        providers.append(tracing_module.push_metadata)
+    hooks.METADATA_PROVIDERS[:] = providers
+    hooks.PUSH_OBSERVERS[:] = observers
+
+
+def worker_hooks() -> list[hooks.DeliveryHooks]:
+    """The observability hooks of a new Worker (appended to the app's others): the tally's (one count per
+    delivery, read by the history and by the metrics of one process), then those switched on."""
+    from kinetis_queue.observability.correlation import CorrelationHooks
+
+    metrics, tracing, job_log, history = _flags()
+    found: list[hooks.DeliveryHooks] = [CorrelationHooks()]
+    per_process_metrics = False
+    if metrics:
+        from kinetis_queue.observability import metrics as metrics_module
+
+        per_process_metrics = metrics_module.multiprocess()
+        if per_process_metrics:
+            found.append(metrics_module.MultiprocessHooks())
+    if history:
+        from kinetis_queue.observability.history import HistoryHooks
+
+        found.append(HistoryHooks())
+    elif metrics and not per_process_metrics:
+        from kinetis_queue.observability.tally import TallyHooks
+
+        found.append(TallyHooks())
+    if tracing:
+        from kinetis_queue.observability.tracing import TracingHooks
+
+        found.append(TracingHooks())
+    if job_log:
+        from kinetis_queue.observability.logs import JobLogHooks
+
+        found.append(JobLogHooks())
+    return found

@@ -1,0 +1,34 @@
+"""The transactional outbox: a push that commits with the business data, into any store (docs/outbox.md).
+
+A Redis, SQS or RabbitMQ connection with ``OUTBOX`` (a database alias) has an ``Outbox``: a push made
+inside a transaction on that database (or any push, with ``OUTBOX_ALWAYS``) writes the envelope to the
+outbox table in that transaction instead of sending it. The relay (kinetis_queue.outbox.relay) then
+moves committed rows to the store, at least once, deleting each only after the store confirmed it.
+
+This module is the contract's side: what ``Queue.send()`` asks of a connection's outbox. The table, the
+writer and the relay are the Django glue around it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kinetis_queue.contracts import PreparedPush, Queue
+
+
+class Outbox(ABC):
+    """A connection's outbox, as ``Queue.send()`` and ``send_many()`` use it."""
+
+    #: The database alias whose transactions the outbox joins.
+    database: str
+
+    @abstractmethod
+    def captures(self) -> bool:
+        """Whether a push now goes to the outbox: inside a transaction on ``database``, or always."""
+
+    @abstractmethod
+    def write(self, queue: Queue, prepared: Sequence[PreparedPush]) -> None:
+        """Write the pushes to the outbox table, in the current transaction on ``database``."""

@@ -1,0 +1,278 @@
+"""Unique jobs: at most one job per key held at a time on a connection (docs/unique-jobs.md).
+
+A job is unique when its class sets ``unique_for`` (seconds) or its push names ``unique_key=`` /
+``unique_for=``. ``Queue.prepare()`` turns that into a ``UniqueLock`` (key digest, scope, lifetime,
+debounce), carried in the envelope's metadata under METADATA_KEY so the worker can release it; the
+push then goes through the connection's ``LockStore``, which writes the lock and the job together
+(or, where it cannot, in an order that never loses a job) and returns the holder's id when the key
+is held.
+
+The scopes (``unique_until``): ``"settled"`` (default) holds the key until the job is acked or fails
+for good; ``"started"`` until its first attempt starts; ``"expired"`` for ``unique_for`` seconds
+whatever happens. In every scope the lock lasts at most ``unique_for`` seconds. ``debounce`` (scope
+``"started"``): a push while the holder waits replaces its arguments and delay, keeping its id.
+
+Nothing here touches a store: each backend brings its own LockStore (the SQL and Redis backends)
+or uses the Django database's (SQS, RabbitMQ, sync and custom backends), which the app sets as
+``DEFAULT_STORE`` at start-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Final
+
+from kinetis_queue.exceptions import InvalidQueueArgumentError
+from kinetis_queue.hooks import SkipDelivery
+from kinetis_queue.job import Job, job_class_path
+
+if TYPE_CHECKING:
+    from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
+
+#: Where an envelope's metadata carries its lock (the scope, the key digest, its generation).
+METADATA_KEY: Final = "kinetis_queue.unique"
+#: The longest ``unique_for``, in seconds (30 days).
+MAX_UNIQUE_FOR: Final = 30 * 86_400
+#: The longest ``unique_key`` a job may give (characters): it is hashed, never stored as written.
+MAX_KEY_LENGTH: Final = 1000
+#: What a push whose key is held does: return the holder's id, or raise DuplicateJobError.
+ON_DUPLICATE = ("return", "raise")
+
+
+class Until(StrEnum):
+    """How long a unique job's key is held (at most ``unique_for`` seconds in every scope)."""
+
+    #: Until the job's first attempt starts.
+    STARTED = "started"
+    #: Until the job is acked or fails for good (the default).
+    SETTLED = "settled"
+    #: For ``unique_for`` seconds, whatever the job does.
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True, slots=True)
+class UniqueLock:
+    """A unique job's lock: what a store writes at push and what the worker releases."""
+
+    #: 32 hex digits: the connection, the queue and the key, hashed (the key may hold argument values).
+    key: str
+    until: Until
+    #: The lock's lifetime in seconds (``unique_for``).
+    seconds: float
+    debounce: bool
+    #: True: a push finding the key held raises DuplicateJobError instead of returning the holder's id.
+    raise_duplicate: bool = False
+    #: Raised by one each time a debounced push supersedes a waiting job's message (the Django-database
+    #: store); a delivery of an older generation is skipped.
+    generation: int = 0
+
+    def metadata(self) -> dict[str, Any]:
+        """What the envelope's metadata carries under METADATA_KEY (``held_lock()`` reads it back)."""
+        data: dict[str, Any] = {"key": self.key, "until": self.until.value}
+        if self.debounce:
+            data["debounce"] = True
+        if self.generation:
+            data["gen"] = self.generation
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLock:
+    """The lock a delivered job names in its metadata (what the worker releases)."""
+
+    key: str
+    until: Until
+    generation: int
+    debounce: bool
+    #: The Django database whose store holds the lock (the Django-database store writes it), else None:
+    #: the connection's own store.
+    database: str | None = None
+
+
+_UNTIL = frozenset(member.value for member in Until)
+
+
+def held_lock(job: QueuedJob) -> HeldLock | None:
+    """The lock a delivered job holds or held, as its metadata says; None for any other job.
+
+    Metadata is read leniently: a job whose lock data is unreadable is treated as not unique (its
+    lock, if any, expires by itself), never as a failure. On every delivery's path: one lookup
+    for a job that is not unique.
+    """
+    data = job.metadata.get(METADATA_KEY) if job.metadata else None
+    if type(data) is not dict:
+        return None
+    key, until, generation, debounce = data.get("key"), data.get("until"), data.get("gen", 0), data.get("debounce")
+    if type(key) is not str or len(key) != 32 or until not in _UNTIL or type(generation) is not int:
+        return None
+    database = data.get("db")
+    return HeldLock(key, Until(until), generation, debounce is True, database if type(database) is str else None)
+
+
+def store_of(queue: Queue, lock: HeldLock) -> LockStore:
+    """The store holding a delivered job's lock: the Django database's it names, else the connection's own."""
+    return queue.lock_store() if lock.database is None else queue.database_lock_store(lock.database)
+
+
+class Superseded(SkipDelivery):
+    """Raised by the worker in place of a delivery's attempt when a debounced push superseded it:
+    the delivery is acked without running (JobOutcome.SKIPPED)."""
+
+    def __init__(self) -> None:
+        super().__init__("a newer push of its unique key superseded it")
+
+
+class LockStore(ABC):
+    """Where a connection's unique locks live: the push under a lock, and the worker's releases."""
+
+    @abstractmethod
+    def push(self, queue: Queue, prepared: PreparedPush, lock: UniqueLock) -> str:
+        """Store ``prepared`` unless ``lock.key`` is held; the new job's id, or the holder's.
+
+        Raises DuplicateJobError instead of returning the holder's id when ``lock.raise_duplicate``.
+        A debounced push finding the holder still waiting replaces its arguments and delay and
+        returns its id.
+        """
+
+    def started(self, queue: Queue, job: QueuedJob, lock: HeldLock) -> bool:
+        """The delivery's attempt is about to start: release a ``"started"`` lock; False when the delivery
+        was superseded by a debounced push (the worker then skips it). By default: nothing to do."""
+        return True
+
+    def settled(self, queue: Queue, job: QueuedJob, lock: HeldLock) -> None:  # noqa: B027 (an optional hook)
+        """The job is about to be acked or failed for good: release its lock if it still holds it.
+
+        Called for a lock of scope ``"settled"`` only (a ``"started"`` lock was released at the start,
+        an ``"expired"`` one is never released), before the settlement, so a crash in between leaves
+        a duplicate possible, never a key held by a job that is gone. By default: nothing to do (a
+        store that derives the lock's validity from the job itself).
+        """
+
+
+#: The LockStore in a Django database (None: the router's), set by the app's ready(): the store of backends
+#: without one of their own, and of pushes made through a transactional outbox (kinetis_queue.outbox).
+DEFAULT_STORE: Callable[[str | None], LockStore] | None = None
+
+
+def lock_for(
+    job: Job,
+    job_class: str,
+    args: Mapping[str, Any],
+    connection: str | None,
+    queue: str,
+    unique_key: object = None,
+    unique_for: object = None,
+    unique_until: object = None,
+    debounce: object = None,
+    on_duplicate: object = None,
+) -> UniqueLock:
+    """The lock of a push, from the push's own options and then the job class's. Called when the job class
+    sets unique_for or the push passes one of these options (push() skips it otherwise, so a job that is
+    not unique costs nothing here).
+
+    Everything is checked here, before any I/O, and each error names the option, never a value.
+    """
+    cls = type(job)
+    seconds: Any = unique_for if unique_for is not None else getattr(cls, "unique_for", None)
+    if seconds is None:  # then some other option was given
+        given = [
+            name for name, value in _options(unique_key, unique_until, debounce, on_duplicate) if value is not None
+        ]
+        raise InvalidQueueArgumentError(
+            f"{given[0]} needs unique_for (seconds): pass it, or set unique_for on {job_class_path(cls)}"
+        )
+    if type(seconds) not in (int, float) or not math.isfinite(seconds) or not 0 < seconds <= MAX_UNIQUE_FOR:
+        raise InvalidQueueArgumentError(f"unique_for must be a number of seconds above 0, at most {MAX_UNIQUE_FOR}")
+    until = _choice(unique_until, getattr(cls, "unique_until", Until.SETTLED.value), "unique_until", _UNTIL)
+    wants_debounce = _flag(debounce, getattr(cls, "unique_debounce", False), "debounce")
+    if wants_debounce and until != Until.STARTED:
+        raise InvalidQueueArgumentError(
+            "debounce needs unique_until='started': a waiting job is replaced, a started one is not"
+        )
+    duplicate = _choice(on_duplicate, getattr(cls, "unique_on_duplicate", "return"), "on_duplicate", ON_DUPLICATE)
+    key = _key(job, job_class, args, unique_key)
+    return UniqueLock(
+        digest(connection, queue, key), Until(until), float(seconds), wants_debounce, duplicate == "raise"
+    )
+
+
+def _options(
+    unique_key: object, unique_until: object, debounce: object, on_duplicate: object
+) -> list[tuple[str, object]]:
+    return [
+        ("unique_key", unique_key),
+        ("unique_until", unique_until),
+        ("debounce", debounce),
+        ("on_duplicate", on_duplicate),
+    ]
+
+
+def class_problem(cls: type[Job]) -> str | None:
+    """What is wrong with a Job class's unique_* attributes (``manage.py check`` E007), or None.
+
+    The same rules a push applies to them, checked without a job: a class whose push would be refused
+    for them is reported at start-up instead.
+    """
+    options = ("unique_for", "unique_until", "unique_debounce", "unique_on_duplicate")
+    if all(getattr(cls, name) == getattr(Job, name) for name in options):
+        return None
+    seconds = cls.unique_for
+    if seconds is None:
+        return f"{job_class_path(cls)} sets unique_* attributes without unique_for (seconds)"
+    try:
+        if type(seconds) not in (int, float) or not math.isfinite(seconds) or not 0 < seconds <= MAX_UNIQUE_FOR:
+            raise InvalidQueueArgumentError(f"unique_for must be a number of seconds above 0, at most {MAX_UNIQUE_FOR}")
+        until = _choice(None, cls.unique_until, "unique_until", _UNTIL)
+        if _flag(None, cls.unique_debounce, "unique_debounce") and until != Until.STARTED:
+            raise InvalidQueueArgumentError("unique_debounce needs unique_until='started'")
+        _choice(None, cls.unique_on_duplicate, "unique_on_duplicate", ON_DUPLICATE)
+    except InvalidQueueArgumentError as exc:
+        return f"{job_class_path(cls)}: {exc}"
+    return None
+
+
+def digest(connection: str | None, queue: str, key: str) -> str:
+    """The lock key a store writes: 32 hex digits of the connection's name, the queue and the key."""
+    return hashlib.sha256(f"kinetis_queue.unique\0{connection or ''}\0{queue}\0{key}".encode()).hexdigest()[:32]
+
+
+def default_key(job_class: str, args: Mapping[str, Any]) -> str:
+    """The key of a job that names none: its class and its stored arguments (canonical JSON)."""
+    return job_class + "\0" + json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _key(job: Job, job_class: str, args: Mapping[str, Any], given: object) -> str:
+    if given is None:
+        method = getattr(type(job), "unique_key", None)
+        if method is None:
+            return default_key(job_class, args)
+        try:
+            given = job.unique_key()  # type: ignore[attr-defined]
+        except Exception as exc:  # its message may hold argument values: only the type is shown
+            raise InvalidQueueArgumentError(f"{job_class}.unique_key() raised {type(exc).__name__}") from None
+        where = f"{job_class}.unique_key()"
+    else:
+        where = "unique_key"
+    if type(given) is not str or not 0 < len(given) <= MAX_KEY_LENGTH:
+        raise InvalidQueueArgumentError(f"{where} must be a non-empty str of at most {MAX_KEY_LENGTH} characters")
+    return job_class + "\0" + given
+
+
+def _choice(given: object, default: object, name: str, allowed: frozenset[str] | tuple[str, ...]) -> str:
+    value = default if given is None else given
+    if not isinstance(value, str) or value not in allowed:
+        raise InvalidQueueArgumentError(f"{name} must be one of {', '.join(map(repr, sorted(allowed)))}")
+    return str(value)
+
+
+def _flag(given: object, default: object, name: str) -> bool:
+    value = default if given is None else given
+    if type(value) is not bool:
+        raise InvalidQueueArgumentError(f"{name} must be True or False")
+    return value

@@ -1,0 +1,239 @@
+"""Unique jobs on every backend (kinetis_queue.unique, docs/unique-jobs.md): a push whose key is held writes
+nothing and returns the holder's id; the key is freed when the holder settles (or starts, or expires, as its
+scope says); debounce replaces a waiting holder's arguments and delay."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kinetis_queue import JobContext
+from kinetis_queue.contracts import Queue
+from kinetis_queue.exceptions import DuplicateJobError, InvalidQueueArgumentError
+from kinetis_queue.outcomes import JobOutcome, JobReport
+from kinetis_queue.worker import Worker
+from tests import jobs
+from tests.support.backends import Backend
+from tests.support.helpers import wait_until
+
+
+@pytest.fixture(autouse=True)
+def _calls() -> None:
+    jobs.CALLS.clear()
+
+
+def _work(queue: Queue, queue_name: str, n: int = 1) -> list[JobReport]:
+    """Run ``n`` deliveries in a worker; the reports of each."""
+    reports: list[JobReport] = []
+    worker = Worker(queue, recorder=None, reporter=reports.append)
+    try:
+        for _ in range(n):
+            assert worker.process_next(10, [queue_name]) is True
+    finally:
+        worker.close()
+    return reports
+
+
+def _ran(name: str = "Unique") -> list[tuple[Any, ...]]:
+    return [call for call in jobs.CALLS if call[0] == name]
+
+
+@pytest.mark.trait("stores_jobs")
+def test_a_push_whose_key_is_held_returns_the_holders_id_and_stores_nothing(connection: Queue, queue_name: str) -> None:
+    first = connection.push(jobs.Unique("a"), queue=queue_name)
+    again = connection.push(jobs.Unique("a"), queue=queue_name, delay=5)
+    other = connection.push(jobs.Unique("b"), queue=queue_name)
+
+    assert again == first and other != first
+    assert connection.size(queue_name) == 2
+    assert [report.job_id for report in _work(connection, queue_name, 2)] == [first, other]
+    assert [call[1] for call in _ran()] == ["a", "b"]
+
+
+@pytest.mark.trait("stores_jobs")
+def test_once_the_holder_settles_the_next_push_is_a_new_job(connection: Queue, queue_name: str) -> None:
+    first = connection.push(jobs.Unique("a"), queue=queue_name)
+    [report] = _work(connection, queue_name)
+    assert report.outcome is JobOutcome.SUCCEEDED
+
+    second = connection.push(jobs.Unique("a"), queue=queue_name)
+    assert second != first
+    assert connection.push(jobs.Unique("a"), queue=queue_name) == second
+
+
+@pytest.mark.trait("stores_jobs")
+def test_a_final_failure_frees_the_key_and_a_retry_keeps_it(connection: Queue, queue_name: str) -> None:
+    def fail(context: JobContext) -> None:
+        raise RuntimeError("deliberate")
+
+    jobs.CALLBACK[:] = [fail]
+    first = connection.push(jobs.UniqueCallsBack(), queue=queue_name, max_attempts=2)
+    reports: list[JobReport] = []
+    worker = Worker(connection, recorder=None, reporter=reports.append, retry_base_delay=0)
+    try:
+        assert worker.process_next(10, [queue_name]) is True
+        assert reports[-1].outcome is JobOutcome.RELEASED
+        assert connection.push(jobs.UniqueCallsBack(), queue=queue_name) == first  # still the holder while retried
+        assert worker.process_next(10, [queue_name]) is True
+    finally:
+        worker.close()
+    assert reports[-1].outcome is JobOutcome.FAILED
+    assert connection.push(jobs.UniqueCallsBack(), queue=queue_name) != first
+
+
+@pytest.mark.trait("stores_jobs")
+def test_on_duplicate_raise_names_the_holder(connection: Queue, queue_name: str) -> None:
+    first = connection.push(jobs.Unique("a"), queue=queue_name)
+
+    with pytest.raises(DuplicateJobError) as raised:
+        connection.push(jobs.Unique("a"), queue=queue_name, on_duplicate="raise")
+
+    assert raised.value.job_id == first and first in str(raised.value)
+    assert connection.size(queue_name) == 1
+
+
+@pytest.mark.trait("stores_jobs")
+def test_a_push_names_its_own_key_and_lifetime(connection: Queue, queue_name: str) -> None:
+    first = connection.push(jobs.Records("x"), queue=queue_name, unique_key="daily-report", unique_for=600)
+    assert connection.push(jobs.Records("y"), queue=queue_name, unique_key="daily-report", unique_for=600) == first
+    assert connection.push(jobs.Records("x"), queue=queue_name) != first  # not unique without the options
+    assert connection.size(queue_name) == 2
+
+
+@pytest.mark.trait("stores_jobs")
+def test_unique_key_method_keys_by_what_it_returns(connection: Queue, queue_name: str) -> None:
+    first = connection.push(jobs.UniqueByCustomer(7, "first"), queue=queue_name)
+    assert connection.push(jobs.UniqueByCustomer(7, "second"), queue=queue_name) == first
+    assert connection.push(jobs.UniqueByCustomer(8, "first"), queue=queue_name) != first
+
+
+@pytest.mark.trait("stores_jobs")
+def test_until_settled_holds_the_key_while_the_job_runs_and_until_started_frees_it(
+    connection: Queue, queue_name: str
+) -> None:
+    """A push made from inside the running holder: "settled" still returns the holder, "started" a new job."""
+    seen: dict[str, str] = {}
+
+    def push_again(context: JobContext) -> None:
+        seen["settled"] = connection.push(jobs.UniqueCallsBack(), queue=queue_name)
+        seen["started"] = connection.push(jobs.UniqueUntilStarted("s"), queue=queue_name)
+
+    jobs.CALLBACK[:] = [push_again]
+    holder = connection.push(jobs.UniqueCallsBack(), queue=queue_name)
+    started_holder = connection.push(jobs.UniqueUntilStarted("s"), queue=queue_name)
+    assert connection.push(jobs.UniqueUntilStarted("s"), queue=queue_name) == started_holder  # still waiting
+
+    [ran] = _work(connection, queue_name, 1)  # the CallsBack job: pushed first, popped first
+    assert ran.job_id == holder
+    assert seen["settled"] == holder
+    assert seen["started"] == started_holder  # that one has not started yet
+
+    [started] = _work(connection, queue_name, 1)
+    assert started.job_id == started_holder
+    during = connection.push(jobs.UniqueUntilStarted("s"), queue=queue_name)
+    assert during != started_holder  # its holder started (and ended): a new job
+
+
+@pytest.mark.trait("stores_jobs")
+def test_until_expired_holds_the_key_after_the_job_settled_until_unique_for_passes(
+    connection: Queue, queue_name: str
+) -> None:
+    first = connection.push(jobs.UniqueForAWhile("a"), queue=queue_name, unique_for=1)
+    _work(connection, queue_name)
+    assert connection.push(jobs.UniqueForAWhile("a"), queue=queue_name, unique_for=1) == first
+
+    wait_until(lambda: connection.push(jobs.UniqueForAWhile("a"), queue=queue_name, unique_for=1) != first, 10)
+
+
+@pytest.mark.trait("stores_jobs")
+def test_a_key_is_never_held_longer_than_unique_for(connection: Queue, queue_name: str) -> None:
+    """The holder never ran: once unique_for passed, a push is a new job (a duplicate, by design)."""
+    first = connection.push(jobs.Unique("a"), queue=queue_name, unique_for=0.5, delay=60)
+    assert connection.push(jobs.Unique("a"), queue=queue_name, unique_for=0.5) == first
+
+    wait_until(lambda: connection.push(jobs.Unique("a"), queue=queue_name, unique_for=0.5) != first, 10)
+
+
+@pytest.mark.trait("stores_jobs")
+def test_debounce_replaces_the_waiting_holders_arguments_and_delay(
+    connection: Queue, queue_name: str, backend: Backend
+) -> None:
+    """Only the newest push runs, at once, under the holder's id. SQS and RabbitMQ cannot take a message
+    back: the older one is delivered too and skipped (acked without running)."""
+    first = connection.push(jobs.Debounced("old"), queue=queue_name, delay=60)
+    assert connection.push(jobs.Debounced("new"), queue=queue_name) == first
+
+    superseding = backend.id in ("sqs", "rabbitmq")
+    reports = _work(connection, queue_name, 1)
+    assert [(r.job_id, r.outcome) for r in reports] == [(first, JobOutcome.SUCCEEDED)]
+    assert [call[1:] for call in _ran("Unique")] == [("new", first)]
+    assert connection.size(queue_name) == (1 if superseding else 0)  # the superseded message, still delayed
+    # The holder started: the next push is a new job.
+    assert connection.push(jobs.Debounced("newer"), queue=queue_name) != first
+
+
+@pytest.mark.trait("stores_jobs")
+def test_a_superseded_delivery_is_skipped(connection: Queue, queue_name: str, backend: Backend) -> None:
+    """Both messages due at once: the store that replaces in place has one job; the others deliver both,
+    and the older one is acked without running."""
+    first = connection.push(jobs.Debounced("old"), queue=queue_name)
+    assert connection.push(jobs.Debounced("new"), queue=queue_name) == first
+
+    n = 2 if backend.id in ("sqs", "rabbitmq") else 1
+    reports = _work(connection, queue_name, n)
+    assert sorted(r.outcome for r in reports) == sorted([JobOutcome.SUCCEEDED] + [JobOutcome.SKIPPED] * (n - 1))
+    assert [call[1] for call in _ran()] == ["new"]
+    assert connection.size(queue_name) == 0
+
+
+@pytest.mark.trait("stores_jobs")
+def test_push_many_collapses_the_duplicates_of_a_batch(connection: Queue, queue_name: str) -> None:
+    ids = connection.push_many([jobs.Unique("a"), jobs.Noop(), jobs.Unique("a"), jobs.Unique("b")], queue=queue_name)
+
+    assert ids[0] == ids[2] and len(set(ids)) == 3
+    assert connection.size(queue_name) == 3
+
+
+def test_bad_unique_options_are_refused_before_any_io(connection: Queue, queue_name: str) -> None:
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"unique_key": "k"}, "unique_key needs unique_for"),
+        ({"unique_key": "k", "unique_for": 0}, "unique_for must be a number"),
+        ({"unique_key": "k", "unique_for": float("nan")}, "unique_for must be a number"),
+        ({"unique_key": "k", "unique_for": True}, "unique_for must be a number"),
+        ({"unique_key": "", "unique_for": 5}, "unique_key must be a non-empty str"),
+        ({"unique_key": 5, "unique_for": 5}, "unique_key must be a non-empty str"),
+        ({"unique_key": "k", "unique_for": 5, "unique_until": "later"}, "unique_until must be one of"),
+        ({"unique_key": "k", "unique_for": 5, "debounce": True}, "debounce needs unique_until='started'"),
+        ({"unique_key": "k", "unique_for": 5, "debounce": "yes"}, "debounce must be True or False"),
+        ({"unique_key": "k", "unique_for": 5, "on_duplicate": "ignore"}, "on_duplicate must be one of"),
+        ({"unique_until": "started"}, "unique_until needs unique_for"),
+    ]
+    for options, message in cases:
+        with pytest.raises(InvalidQueueArgumentError, match=message):
+            connection.push(jobs.Records("x"), queue=queue_name, **options)
+    assert connection.size(queue_name) == 0
+    assert jobs.CALLS == []
+
+
+def test_a_unique_key_method_that_raises_is_refused_without_its_message(connection: Queue, queue_name: str) -> None:
+    with pytest.raises(InvalidQueueArgumentError) as raised:
+        connection.prepare(jobs.UniqueKeyRaises("a"), queue=queue_name)
+    assert "raised ValueError" in str(raised.value) and "secret" not in str(raised.value)
+
+
+def test_sync_runs_each_push_and_holds_the_key_only_while_it_runs(queue_name: str) -> None:
+    from kinetis_queue import queues
+
+    sync = queues["sync"]
+    seen: list[str] = []
+
+    def push_again(context: JobContext) -> None:
+        seen.append(sync.push(jobs.UniqueCallsBack(), queue=queue_name))
+
+    jobs.CALLBACK[:] = [push_again, lambda context: None]
+    first = sync.push(jobs.UniqueCallsBack(), queue=queue_name)
+    assert seen == [first]  # the push from inside the running holder gave way
+    jobs.CALLBACK[:] = [lambda context: None]
+    assert sync.push(jobs.UniqueCallsBack(), queue=queue_name) != first  # settled: a new run
+    assert len([c for c in jobs.CALLS if c[0] == "CallsBack"]) == 2
