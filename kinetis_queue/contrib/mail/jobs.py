@@ -81,7 +81,8 @@ def real_backend(settings: conf.MailSettings) -> BaseEmailBackend:
 
 def described(exc: Exception) -> str:
     """What may be said of a send failure: its type, an SMTP reply code, an OS error, never its text."""
-    name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    module = type(exc).__module__
+    name = type(exc).__qualname__ if module == "builtins" else f"{module}.{type(exc).__qualname__}"
     if isinstance(exc, smtplib.SMTPRecipientsRefused):
         codes = sorted({str(reply[0]) for reply in exc.recipients.values() if isinstance(reply, tuple) and reply})
         return f"{name}: {len(exc.recipients)} recipient(s) refused (reply codes {', '.join(codes) or 'unknown'})"

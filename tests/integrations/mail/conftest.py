@@ -52,6 +52,14 @@ class Received:
     """What the SMTP server was handed: one envelope per message."""
 
     envelopes: list[Any] = field(default_factory=list)
+    #: Recipients the server refuses, quoting the address in its reply as real servers do.
+    refused: set[str] = field(default_factory=set)
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str, options: Any) -> str:
+        if address in self.refused:
+            return f"550 5.1.1 <{address}>: Recipient address rejected"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         self.envelopes.append(envelope)
