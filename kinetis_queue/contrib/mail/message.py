@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any, Final
 
+import django
 from django.conf import settings
 from django.core.mail import EmailAttachment, EmailMessage, EmailMultiAlternatives
 from django.core.mail.message import make_msgid
@@ -160,6 +161,11 @@ def _content(content: Any, where: str) -> dict[str, str]:
 
 def _attachment(item: Any, where: str) -> dict[str, Any]:
     if isinstance(item, email.message.Message):
+        if django.VERSION < (6, 0):
+            raise UnqueueableMailError(
+                f"the message's {where} is a MIME object: queued mail carries those on Django 6.0+ (its "
+                "MIMEPart attachments); attach (filename, content, mimetype) instead"
+            )
         # A MIMEPart, or Django's deprecated MIMEBase: its serialized bytes, parsed again on the worker.
         try:
             raw = item.as_bytes(policy=email.policy.default)

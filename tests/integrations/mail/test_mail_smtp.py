@@ -8,9 +8,11 @@ import email
 import email.policy
 import json
 import logging
+from io import StringIO
 
 import pytest
 from django.core.mail import EmailMessage
+from django.core.management import call_command
 
 from kinetis_queue import queues
 from kinetis_queue.models import FailedJob
@@ -91,7 +93,10 @@ def test_with_smtp_down_the_job_is_retried_then_recorded_and_nothing_names_the_r
     assert json.loads(shown_args(record)) == {"message": "[redacted]"}
     logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
     assert "failed (attempt 1), retrying" in logged and "failed permanently (attempt 2 of 2)" in logged
-    shown = " ".join([shown_args(record), *shown_exception(record), logged])
+    listing = StringIO()
+    call_command("queue_failed", f"--queue={queue_name}", stdout=listing)
+    assert "SendMailJob  MailNotSentError  2/2" in listing.getvalue()  # never arguments nor the message
+    shown = " ".join([shown_args(record), *shown_exception(record), logged, listing.getvalue()])
     for secret in (RECIPIENT, "cc.person@example.com", SUBJECT, BODY):
         assert secret not in shown
         assert secret not in record.exception_message + record.traceback
