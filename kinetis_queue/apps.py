@@ -17,6 +17,7 @@ class KinetisQueueConfig(AppConfig):
     def ready(self) -> None:
         from kinetis_queue import checks, hooks, limits, registry, unique  # noqa: F401  (checks registers the checks)
         from kinetis_queue.contrib import receivers  # noqa: F401  (registers QueuedReceiverJob)
+        from kinetis_queue.contrib.mail import checks as _mail_checks  # noqa: F401  (SendMailJob, check E009)
         from kinetis_queue.limits.database import database_slots
         from kinetis_queue.unique.database import database_locks
 
@@ -32,7 +33,7 @@ class KinetisQueueConfig(AppConfig):
         setup.configure()
         importlib.import_module("kinetis_queue.workflows.jobs")  # the callback carrier, known before any delivery
 
-        # The carrier jobs of contrib/ (QueuedReceiverJob, RunTask where django.tasks exists) are
+        # The carrier jobs of contrib/ (QueuedReceiverJob, SendMailJob, RunTask where django.tasks exists) are
         # registered before any message arrives: a worker resolves only registered names, and
         # discovery skips this app's own modules.
         if any(importlib.util.find_spec(name) is not None for name in ("django.tasks", "django_tasks")):
