@@ -135,7 +135,11 @@ KINETIS_QUEUE = {
         "tests.hostile_jobs",
         "tests.operator_jobs",
         "tests.operator_receivers",
-        *(["tests.task_defs"] if any(find_spec(name) for name in ("django.tasks", "django_tasks")) else []),
+        *(
+            ["tests.task_defs", "tests.task_option_defs", "kinetis_queue.contrib.tasks.prune"]
+            if any(find_spec(name) for name in ("django.tasks", "django_tasks"))
+            else []
+        ),
     ],
 }
 
