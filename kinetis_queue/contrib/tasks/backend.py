@@ -153,7 +153,7 @@ class KinetisTaskBackend(BaseTaskBackend):
         prepared = queue.prepare(job, delay, task.queue_name, **_push_options(task, args, kwargs))
         prepared = _with_attempt_rules(prepared, task)
         alias = router.db_for_write(TaskResultRecord)
-        TaskResultRecord.objects.using(alias).create(
+        record = TaskResultRecord.objects.using(alias).create(
             id=result_id,
             task_path=task.module_path,
             backend=self.alias,
@@ -176,6 +176,8 @@ class KinetisTaskBackend(BaseTaskBackend):
                 queue, prepared, using=alias, on_failure=lambda exc: _push_failed(result_id, exc), on_sent=sent
             )
         else:
+            if queue.runs_inline:  # the task runs inside this send: announce it first, as Django's ImmediateBackend
+                task_enqueued.send(type(self), task_result=_to_result(record, task))
             try:
                 sent_id = queue.send(prepared)
             except BaseException:
@@ -184,6 +186,8 @@ class KinetisTaskBackend(BaseTaskBackend):
             if sent_id != prepared.id:
                 sent(sent_id)
                 return self._holder_result(sent_id, task, alias)  # type: ignore[return-value]
+            if queue.runs_inline:
+                return _to_result(TaskResultRecord.objects.using(alias).get(pk=result_id), task)  # type: ignore[return-value]
         result = _to_result(TaskResultRecord.objects.using(alias).get(pk=result_id), task)
         task_enqueued.send(type(self), task_result=result)
         return result  # type: ignore[return-value]  # built from this very task: same _P and _R
