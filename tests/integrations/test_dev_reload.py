@@ -130,3 +130,97 @@ def test_a_changed_job_module_runs_its_new_code_and_sigterm_stops_cleanly(tmp_pa
 def test_reload_runs_one_process() -> None:
     with pytest.raises(CommandError, match="--reload runs one worker process"):
         call_command("queue_work", "--reload", "--processes=2", "--connection=sqlite")
+
+
+# -- queue_dev: runserver and one reloading worker ----------------------------------------------------
+
+DEV_SETTINGS = (
+    SETTINGS
+    + """
+DEBUG = True
+ALLOWED_HOSTS = ["127.0.0.1"]
+"""
+)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def answers(port: int) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/no-such-page/", timeout=2)
+    except urllib.error.HTTPError:
+        return True  # a 404 from Django: the server is up
+    except OSError:
+        return False
+    return True
+
+
+def test_queue_dev_runs_the_server_and_one_worker_and_stops_both(tmp_path: Path, queue_name: str) -> None:
+    (tmp_path / "devjobs.py").write_text(JOBS.format(version="v1"))
+    (tmp_path / "devsettings.py").write_text(DEV_SETTINGS)
+    env = {
+        **os.environ,
+        "KINETIS_TESTS_SUBPROCESS": "1",
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("RUN_MAIN", None)
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "django",
+        "queue_dev",
+        f"127.0.0.1:{port}",
+        "--settings=devsettings",
+        "--connection=sqlite",
+        f"--queue={queue_name}",
+    ]
+    dev = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    out = Output(dev.stdout)
+    try:
+        wait_until(lambda: answers(port), timeout=60)
+        wait_until(lambda: out.has("Watching for file changes with"), timeout=60)
+        done = tmp_path / "done"
+        push_mark(queue_name, done)
+        wait_until(done.exists, timeout=60)
+        # runserver's reloader started its child again with the same command line: still one worker.
+        assert out.has(f"watching {queue_name}") == 1
+        workers = children(dev.pid)
+        assert len(workers) == 2  # runserver's child and the worker (its reloading parent)
+        dev.send_signal(signal.SIGTERM)
+        assert dev.wait(timeout=60) == 0
+        wait_until(lambda: out.has("Worker stopped (shutdown) after 1 job(s)."), timeout=30)
+        for pid in workers:
+            wait_until(lambda pid=pid: not Path(f"/proc/{pid}").exists() or "Z" in _state(pid), timeout=30)
+        assert not answers(port)
+    finally:
+        if dev.poll() is None:
+            for pid in children(dev.pid):
+                os.kill(pid, signal.SIGKILL)
+            dev.kill()
+            dev.wait(timeout=30)
+        assert dev.stdout is not None
+        dev.stdout.close()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return "Z"
+
+
+def test_queue_dev_refuses_a_sync_connection() -> None:
+    with pytest.raises(CommandError, match=r"sync connection.*needs no worker"):
+        call_command("queue_dev", "--connection=sync")
