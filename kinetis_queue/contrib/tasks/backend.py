@@ -202,11 +202,54 @@ class KinetisTaskBackend(BaseTaskBackend):
         return _to_result(record, task)
 
     def get_result(self, result_id: str) -> AnyTaskResult:
+        """The stored result; from inside a running event loop (a sync ``refresh()`` in async code, which
+        Django's API allows and its own tests do) the read runs in a thread of its own, since the ORM
+        refuses to block a loop's thread; ``aget_result()``/``arefresh()`` are the non-blocking way."""
+        if _in_event_loop():
+            return _off_loop(self._read_result, result_id)
+        return self._read_result(result_id)
+
+    def _read_result(self, result_id: str) -> AnyTaskResult:
         try:
             record = TaskResultRecord.objects.get(pk=result_id)
         except (TaskResultRecord.DoesNotExist, ValueError):
             raise TaskResultDoesNotExist(result_id) from None
         return _to_result(record, _load_task(record.task_path))
+
+
+def _in_event_loop() -> bool:
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _off_loop(read: Callable[[str], AnyTaskResult], result_id: str) -> AnyTaskResult:
+    """``read(result_id)`` in a new thread, waited for; that thread's database connections are closed after."""
+    import threading
+
+    from django.db import connections as db_connections
+
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, read(result_id)))
+        except BaseException as exc:
+            outcome.append((False, exc))
+        finally:
+            db_connections.close_all()
+
+    thread = threading.Thread(target=run, name="kinetis-queue-get-result")
+    thread.start()
+    thread.join()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
 
 
 class DuplicateTaskError(KinetisQueueError):
