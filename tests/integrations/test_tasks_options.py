@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
+from kinetis_queue import queues
 from kinetis_queue.contracts import Queue
 from kinetis_queue.contrib.tasks.backend import KinetisTaskBackend, RunTask
 from kinetis_queue.contrib.tasks.compat import InvalidTask, TaskResultStatus, task
@@ -217,6 +218,17 @@ def test_unique_for_returns_the_waiting_tasks_result(tq: str, run: Run, connecti
     later = defs.unique_add.using(queue_name=tq).enqueue(1, 2)
     assert later.id != first.id and later.status == TaskResultStatus.READY
     assert run.step(tq).outcome is JobOutcome.SUCCEEDED
+
+
+def test_unique_for_takes_arguments_of_any_size(queue_name: str) -> None:
+    """The key is a digest: arguments far beyond a unique key's 1000 characters still make one."""
+    big = "x" * 5000
+    first = defs.unique_add.using(queue_name=queue_name).enqueue(big, "")
+    again = defs.unique_add.using(queue_name=queue_name).enqueue(big, "")
+    assert again.id == first.id
+    job = queues["sqlite"].pop(5, [queue_name])
+    assert job is not None
+    queues["sqlite"].ack(job)
 
 
 @pytest.mark.trait("stores_jobs")

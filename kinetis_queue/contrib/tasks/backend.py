@@ -11,6 +11,7 @@ renewal, fencing, retries, failed jobs). Results live in the database (``TaskRes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -257,13 +258,15 @@ class DuplicateTaskError(KinetisQueueError):
 
 
 def _push_options(task: AnyTask, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The push keywords of a KinetisTask's options: its attempt cap, and its unique key (the task's
-    path and its arguments as JSON: the same task with the same arguments is the same key)."""
+    """The push keywords of a KinetisTask's options: its attempt cap, and its unique key (a digest of the
+    task's path and its arguments as JSON: the same task with the same arguments is the same key, and
+    arguments of any size fit the key's length limit)."""
     if not isinstance(task, KinetisTask):
         return {}
     options: dict[str, Any] = {"max_attempts": task.max_attempts}
     if task.unique_for is not None:
-        options["unique_key"] = json.dumps([task.module_path, args, kwargs], sort_keys=True)
+        canonical = json.dumps([task.module_path, args, kwargs], sort_keys=True, separators=(",", ":"))
+        options["unique_key"] = hashlib.sha256(canonical.encode()).hexdigest()
         options["unique_for"] = task.unique_for
         options["unique_until"] = task.unique_until
     return options
