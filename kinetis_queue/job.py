@@ -56,6 +56,11 @@ class Job:
         super().__init_subclass__(**kwargs)
         Job._registry[job_class_path(cls)] = cls
 
+    def concurrency_limit_for(self) -> ConcurrencyLimit | None:
+        """This job's concurrency limit, read by the worker before each attempt: its class's
+        (``@limit_concurrency``) unless a subclass decides per job (the django.tasks carrier job does)."""
+        return type(self).concurrency_limit
+
     def handle(self, *args: Any, **kwargs: Any) -> None:
         """Do the work; may take ``context: JobContext``. Raising fails this attempt."""
         raise NotImplementedError(f"{type(self).__qualname__} must define handle()")
