@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 from kinetis_queue.exceptions import MalformedJobSettledError, MalformedQueuedJobDataError
 from kinetis_queue.job import MAX_CLASS_PATH, is_class_path
+from kinetis_queue.priority import priority_of
 from kinetis_queue.validation import JOB_ID as JOB_ID  # a stored job id: JOB_ID_LENGTH lowercase hex characters
 from kinetis_queue.validation import JOB_ID_LENGTH, MAX_COUNTER, MAX_DEPTH, QUEUE_NAME, is_utf8
 
@@ -51,6 +52,11 @@ class Envelope:
 
     def pushed_at_datetime(self) -> datetime:
         return datetime.fromtimestamp(self.pushed_at, UTC)
+
+    @property
+    def priority(self) -> int:
+        """The job's priority within its queue, carried in ``metadata`` (kinetis_queue.priority); 0 by default."""
+        return priority_of(self.metadata)
 
 
 def new_envelope(job_class: str, args: dict[str, Any], max_attempts: int | None, metadata: dict[str, Any]) -> Envelope:
