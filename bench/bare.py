@@ -14,7 +14,8 @@ and index for index:
   RETURNING id``, then the ``DELETE``, each committed on its own.
 
 The claim's WHERE clause is the project's claimability test (queue, due, unreserved or expired),
-and its order the project's (priority, highest first, then id), so both sides use the same index. Drivers run with their defaults (so psycopg prepares a statement
+and its order the project's (priority, highest first, then id), so both sides use the same index.
+Drivers run with their defaults (so psycopg prepares a statement
 run five times, which Django turns off), except that the MariaDB session uses READ COMMITTED, the
 isolation level Django sets on every MySQL connection (the project side gets it too).
 

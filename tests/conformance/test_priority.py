@@ -173,7 +173,9 @@ def test_a_store_that_cannot_order_refuses_a_priority(connection: Queue, queue_n
 
 
 @pytest.mark.parametrize("priority", [101, -101, 1.5, True, "1"])
-def test_a_priority_outside_the_range_is_refused_before_any_io(connection: Queue, queue_name: str, priority: Any) -> None:
+def test_a_priority_outside_the_range_is_refused_before_any_io(
+    connection: Queue, queue_name: str, priority: Any
+) -> None:
     with pytest.raises(InvalidQueueArgumentError, match="priority must be an int from -100 to 100"):
         connection.push(Records("x"), queue=queue_name, priority=priority)
     assert connection.size(queue_name) == 0

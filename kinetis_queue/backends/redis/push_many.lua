@@ -11,10 +11,11 @@
 -- the delayed set scored by its ready-at time (its envelope carries its priority to its promotion).
 -- RedisQueue._push sends a single immediate job with a priority here too.
 --
--- KEYS[4q-3] = kinetis_queue:{queue}:pending       of queue number q (1 for the first queue)
--- KEYS[4q-2] = kinetis_queue:{queue}:delayed
--- KEYS[4q-1] = kinetis_queue:{queue}:prioritized
--- KEYS[4q]   = kinetis_queue:{queue}:sequence
+-- KEYS[1] = kinetis_queue:{queue}:pending       of the first queue (queue number 1)
+-- KEYS[2] = kinetis_queue:{queue}:delayed
+-- KEYS[3] = kinetis_queue:{queue}:prioritized
+-- KEYS[4] = kinetis_queue:{queue}:sequence
+-- KEYS[4q-3] to KEYS[4q] = the same four keys of queue number q
 -- ARGV[4i-3] = envelope i's queue number q
 -- ARGV[4i-2] = envelope i's ready-at time (epoch seconds, the pushing process's clock), "" when immediate
 -- ARGV[4i-1] = envelope i's priority (0: none)

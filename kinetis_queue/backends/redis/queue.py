@@ -190,9 +190,8 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             # Contract, "Delayed jobs": scored with the pushing process's clock.
             self._client.execute("ZADD", keys.delayed, envelope.pushed_at + delay, envelope.to_json())
         elif envelope.metadata and envelope.priority:
-            self._client.script(
-                scripts.PUSH_MANY, (*keys[:2], *self.priority_keys(queue)), (1, "", envelope.priority, envelope.to_json())
-            )
+            args = (1, "", envelope.priority, envelope.to_json())
+            self._client.script(scripts.PUSH_MANY, (*keys[:2], *self.priority_keys(queue)), args)
         else:
             self._client.execute("LPUSH", keys.pending, envelope.to_json())
 

@@ -8,8 +8,9 @@
 -- immediate envelope goes to the head of its queue's pending list (one with a priority to its
 -- queue's prioritized set, priority.lua), a delayed one to its delayed set.
 --
--- KEYS[4q-3], KEYS[4q-2], KEYS[4q-1], KEYS[4q] = the pending list, delayed set, prioritized set and
---     sequence key of queue number q (1 to Q)
+-- KEYS[1] = kinetis_queue:{queue}:pending   of the first queue (queue number 1), KEYS[2] its delayed
+--     set, KEYS[3] its prioritized set, KEYS[4] its sequence key
+-- KEYS[4q-3] to KEYS[4q] = the same four keys of queue number q (1 to Q)
 -- KEYS[4Q + i]         = envelope i's marker key
 -- ARGV[1] = 4Q (how many queue keys come first), ARGV[2] = the markers' expiry in seconds
 -- ARGV[4i-1], ARGV[4i], ARGV[4i+1], ARGV[4i+2] = envelope i's queue number, ready-at time ("" when

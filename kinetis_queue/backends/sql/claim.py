@@ -29,8 +29,8 @@ empty, then a burst of jobs arrives), and a planner that believes few rows are r
 every ready row for each claim (2.7 ms instead of 0.12 ms at 5,000 ready rows; issue 14). Two things
 keep the claim on its index whatever the statistics say: the query shape (each queue's rows read in
 ``priority DESC, id`` order from the ``(queue, priority DESC, id)`` index, the queue name a parameter
-of the LATERAL subquery, so the ORDER BY matches the index) and the worker's own connection, which runs only this module's and
-queue.py's statements, all meant for an index, with sequential and bitmap scans disabled
+of the LATERAL subquery, so the ORDER BY matches the index) and the worker's own connection, which
+runs only this module's and queue.py's statements, all meant for an index, with sequential and bitmap scans disabled
 (queue.py ``WORKER_SESSION``). tests/specific/test_sql_plan.py shows the plans.
 
 Times are epoch seconds from this process's clock, not the database's (contract: clock skew
@@ -75,6 +75,9 @@ POSTGRESQL_CLAIM: Final = (
     f"ORDER BY {ORDER} LIMIT %s FOR UPDATE SKIP LOCKED) AS picked LIMIT %s)) "
     f"RETURNING {COLUMNS}, reserved_token, {SORT_COLUMN}"
 )
+
+#: SQLite: one queue's part of the guarded claim (in the order of the claim index).
+SQLITE_PART: Final = f"SELECT id FROM kinetis_queue_jobs WHERE queue = %s AND {CLAIMABLE} ORDER BY {ORDER} LIMIT %s"
 
 #: MySQL/MariaDB: the locking SELECT of one queue (run per queue in priority order).
 LOCKING_SELECT: Final = (
@@ -156,7 +159,7 @@ def _claim_guarded_update(
 ) -> list[tuple[Any, ...]]:
     # One index-ordered SELECT per queue, in priority order, joined by UNION ALL (which keeps the
     # order of its parts): no sort of the ready rows, as on the other databases.
-    part = f"SELECT id FROM (SELECT id FROM kinetis_queue_jobs WHERE queue = %s AND {CLAIMABLE} ORDER BY {ORDER} LIMIT %s)"
+    part = f"SELECT id FROM ({SQLITE_PART})"
     parts: list[str] = []
     params: list[Any] = []
     for name in queues:
