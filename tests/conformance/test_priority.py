@@ -179,3 +179,30 @@ def test_a_priority_outside_the_range_is_refused_before_any_io(
     with pytest.raises(InvalidQueueArgumentError, match="priority must be an int from -100 to 100"):
         connection.push(Records("x"), queue=queue_name, priority=priority)
     assert connection.size(queue_name) == 0
+
+
+@pytest.mark.parametrize("stored", [{"kinetis_queue.priority": 7}, {}, {"kinetis_queue.priority": "7"}])
+def test_retrying_a_failed_job_keeps_its_priority(queue_name: str, stored: dict[str, Any]) -> None:
+    """queue_retry pushes the job again at the priority it had (0 when it had none, or a tampered one)."""
+    from kinetis_queue import queues
+    from kinetis_queue.envelope import dumps
+    from kinetis_queue.failed import retry
+    from kinetis_queue.models import FailedJob
+
+    record = FailedJob.objects.create(
+        connection="sqlite",
+        queue=queue_name,
+        job_id="0" * 32,
+        job_class="tests.jobs.Records",
+        args=dumps({"label": "again", "items": None, "color": None, "when": None}),
+        metadata=dumps(stored),
+        attempts=3,
+        exception_class="RuntimeError",
+    )
+
+    outcome = retry(record.pk)
+
+    assert outcome.error is None
+    job = _pop(queues["sqlite"], queue_name)
+    assert (job.args["label"], job.priority) == ("again", 7 if stored.get("kinetis_queue.priority") == 7 else 0)
+    queues["sqlite"].ack(job)

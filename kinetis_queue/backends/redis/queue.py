@@ -129,6 +129,7 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         self._visibility_timeout = visibility_timeout
         self._keys: dict[str, QueueKeys] = {}
         self._priority_keys: dict[str, PriorityKeys] = {}
+        self._sweep_keys: dict[str, tuple[str, ...]] = {}
         self._locks = RedisLocks(self)
         self._slots = RedisSlots(self)
 
@@ -164,9 +165,12 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             keys = self._priority_keys[queue] = PriorityKeys(base + "prioritized", base + "sequence")
         return keys
 
-    def all_keys(self, queue: str) -> tuple[str, str, str, str, str]:
-        """The five keys of a queue: pending, delayed, leased, prioritized, sequence."""
-        return (*self.keys(queue), *self.priority_keys(queue))
+    def all_keys(self, queue: str) -> tuple[str, ...]:
+        """The five keys of a queue, as sweep.lua takes them: pending, delayed, leased, prioritized, sequence."""
+        keys = self._sweep_keys.get(queue)
+        if keys is None:
+            keys = self._sweep_keys[queue] = (*self.keys(queue), *self.priority_keys(queue))
+        return keys
 
     def dispose(self) -> None:
         self._client.close()
