@@ -3,7 +3,8 @@
 Every durable backend stores id, pushedAt, class, args, attempts, maxAttempts and metadata. Writing
 uses ``allow_nan=False``; reading rejects NaN/Infinity literals, duplicate keys, runaway nesting,
 wrong shapes and out-of-range counters as MalformedQueuedJobDataError, so one corrupted message can
-never raise something else that would stop a worker.
+never raise something else that would stop a worker. A job's priority travels in its metadata
+(kinetis_queue.priority), never as a key of its own: the set of keys is what it always was.
 """
 
 from __future__ import annotations
