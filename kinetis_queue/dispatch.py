@@ -44,6 +44,7 @@ def push_on_commit(
     ``unique_key``, ``unique_for``, ``unique_until``, ``debounce`` and ``on_duplicate`` are push()'s
     (kinetis_queue.unique): the key is taken when the job is sent, after the commit. The id returned is
     the one the job is sent under; a unique job whose key is held by then is not stored (its holder is).
+    ``priority`` is push()'s too (kinetis_queue.priority), passed on the same way.
     """
     target = connections.queues.default() if connection is None else connections.queues[connection]
     prepared = target.prepare(job, delay, queue, max_attempts, **unique_options)

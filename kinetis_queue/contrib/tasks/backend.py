@@ -74,21 +74,30 @@ class ResultRowMissingError(KinetisQueueError):
 class KinetisTaskBackend(BaseTaskBackend):
     """Runs ``@task`` functions through a KINETIS_QUEUE connection (``OPTIONS["CONNECTION"]``).
 
-    Priority is not supported: no store orders jobs within a queue by a number (priority across
-    queues is the worker's ``--queue`` list). ``run_after`` becomes the push delay, so it is bounded
+    Priority (``supports_priority``) is the connection's: SQL and Redis order a queue's jobs by
+    ``Task.priority`` (higher first, docs/priority.md); SQS and RabbitMQ cannot, so a task with a
+    priority other than 0 is refused there. ``run_after`` becomes the push delay, so it is bounded
     by the store's own delay ceiling (900 s on SQS). ``__init__`` does no I/O.
     """
 
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    supports_priority = False
     #: ``@task(max_attempts=..., timeout=..., ...)``: the options of kinetis_queue.contrib.tasks.options.
     task_class = KinetisTask
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.connection: str | None = self.options.get("CONNECTION")
+
+    @property
+    def supports_priority(self) -> bool:  # type: ignore[override]  # per connection, not per class
+        """Whether this backend's connection orders jobs by priority (Queue.supports_priority)."""
+        return self._queue().supports_priority
+
+    def _queue(self) -> Queue:
+        """The connection this backend pushes through (built once per process, without I/O)."""
+        return connections.queues.default() if self.connection is None else connections.queues[self.connection]
 
     def validate_task(self, task: AnyTask) -> None:
         super().validate_task(task)
@@ -145,13 +154,15 @@ class KinetisTaskBackend(BaseTaskBackend):
         args, kwargs = json.loads(
             json.dumps([normalize_json(list(args)), normalize_json(dict(kwargs))], allow_nan=False)
         )
-        queue = connections.queues.default() if self.connection is None else connections.queues[self.connection]
+        queue = self._queue()
         now = timezone.now()
         result_id = get_random_string(32)
         delay = 0.0 if task.run_after is None else max(0.0, (task.run_after - now).total_seconds())
         job = RunTask(task.module_path, args, kwargs, result_id, self.alias)
         # Validate the push (queue name, delay ceiling, argument contract) before any write.
-        prepared = queue.prepare(job, delay, task.queue_name, **_push_options(task, args, kwargs))
+        prepared = queue.prepare(
+            job, delay, task.queue_name, priority=task.priority, **_push_options(task, args, kwargs)
+        )
         prepared = _with_attempt_rules(prepared, task)
         alias = router.db_for_write(TaskResultRecord)
         record = TaskResultRecord.objects.using(alias).create(
