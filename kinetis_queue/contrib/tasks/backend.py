@@ -92,8 +92,12 @@ class KinetisTaskBackend(BaseTaskBackend):
 
     @property
     def supports_priority(self) -> bool:  # type: ignore[override]  # per connection, not per class
-        """Whether this backend's connection orders jobs by priority (Queue.supports_priority)."""
-        return self._queue().supports_priority
+        """Whether this backend's connection orders jobs by priority (Queue.supports_priority); False while
+        KINETIS_QUEUE is invalid (Django asks at every ``@task``; the error is the check's, E001)."""
+        try:
+            return self._queue().supports_priority
+        except KinetisQueueError:
+            return False
 
     def _queue(self) -> Queue:
         """The connection this backend pushes through (built once per process, without I/O)."""
