@@ -197,6 +197,9 @@ class Queue(ABC):
     #: Whether the store orders jobs within a queue by priority (kinetis_queue.priority); a push with
     #: a priority other than 0 to a backend that cannot is refused by prepare() (docs/priority.md).
     supports_priority: ClassVar[bool] = False
+    #: Most outbox rows one relay transaction sends with ``store_many()`` (kinetis_queue.outbox.relay): a
+    #: relay killed mid-batch sends them again, so a store slow to take a batch keeps it small.
+    relay_batch: ClassVar[int] = 500
 
     def __init__(self, *, connection: str | None = None) -> None:
         self.connection = connection

@@ -35,7 +35,7 @@ from kinetis_queue.outbox.database import OUTBOX_TABLE, channel
 
 logger = logging.getLogger("kinetis_queue.outbox")
 
-#: Most rows one relay transaction sends.
+#: Most rows one relay transaction sends, unless the store asks for fewer (``Queue.relay_batch``).
 BATCH: Final = 500
 #: The longest an idle relay waits before looking again even when woken by nothing (seconds).
 MAX_IDLE: Final = 1.0
@@ -56,13 +56,13 @@ BACKLOG: Final = f"SELECT COUNT(*), MIN(pushed_at) FROM {OUTBOX_TABLE} WHERE con
 class Relay:
     """Relays one connection's outbox rows to ``queue``'s store; one loop calls it (thread-unsafe)."""
 
-    def __init__(self, queue: Queue, settings: OutboxSettings, *, batch: int = BATCH) -> None:
+    def __init__(self, queue: Queue, settings: OutboxSettings, *, batch: int | None = None) -> None:
         if queue.connection is None:
             raise ValueError("a relay needs a queue built for a named connection")
         self.queue = queue
         self.connection = queue.connection
         self.settings = settings
-        self.batch = batch
+        self.batch = min(BATCH, queue.relay_batch) if batch is None else batch
         self.relayed = 0
         self._listener: BaseDatabaseWrapper | None = None
 

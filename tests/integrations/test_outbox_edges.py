@@ -183,3 +183,13 @@ def test_an_idle_relay_on_postgres_listens_and_the_commit_wakes_it(queue_name: s
         queue.clear(queue_name)
         queue.dispose()
     wait_until(lambda: not listening(), 10)  # the relay closed its listener when its loop ended
+
+
+def test_a_relay_sends_a_slow_store_smaller_transactions(redis_edge: RedisQueue) -> None:
+    """SQS takes ten jobs per round trip: a relay transaction holds 100 rows there (a relay killed mid-batch
+    resends at most that many), 500 on Redis; an explicit batch wins."""
+    from kinetis_queue.backends.sqs import SqsQueue
+
+    sqs = SqsQueue(region="us-east-1", endpoint_url="http://127.0.0.1:9", connection="edgesqs")
+    assert (Relay(redis_edge, IN_SQLITE).batch, Relay(sqs, IN_SQLITE).batch) == (500, 100)
+    assert Relay(sqs, IN_SQLITE, batch=7).batch == 7

@@ -127,6 +127,9 @@ class SqsQueue(RenewableQueue, DisposableQueue):
 
     backend_name = "sqs"
     settings_schema = OPTIONS
+    #: Ten SendMessageBatch calls, each a round trip that the relay awaits in turn: a relay killed mid-batch
+    #: sends at most this many again.
+    relay_batch = 100
 
     def __init__(
         self,
