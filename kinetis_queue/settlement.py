@@ -25,6 +25,7 @@ from kinetis_queue.outcomes import JobOutcome
 from kinetis_queue.redaction import display_json, for_observers, scrub_for
 from kinetis_queue.unique import Until, held_lock, store_of
 from kinetis_queue.validation import MAX_RETRY_DELAY
+from kinetis_queue.values import PERMANENT_ERRORS
 from kinetis_queue.worker_log import attempt_of, contained, describe, job_name, logger
 
 #: The doubling stops here so a high attempt count cannot overflow.
@@ -164,7 +165,9 @@ class Settler:
         and the retry delay (None when not released)."""
         cap = job.max_attempts if job.max_attempts is not None else self.policy.default_max_attempts
         message = scrubbed_message(job, error)
-        if job.attempts < cap:
+        # An argument that cannot decode, or a model row that is gone, fails at once: no retry can
+        # change it (kinetis_queue.values; the spec: "Malformed or unreconstructable payloads fail immediately").
+        if job.attempts < cap and not isinstance(error, PERMANENT_ERRORS):
             delay = retry_delay(job.attempts, self.policy.retry_base_delay)
             contained(
                 logger.warning,
