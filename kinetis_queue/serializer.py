@@ -27,7 +27,15 @@ from kinetis_queue.job import MAX_CLASS_PATH, Job, Sensitive, is_class_path, job
 from kinetis_queue.validation import MAX_DEPTH, is_utf8
 from kinetis_queue.values import Codec, Malformed, MalformedJobArgumentError, Missing, MissingModelError, Rejected
 
-__all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "check_plain", "deserialize_job", "serialize_job", "shown_parameters"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "check_plain",
+    "deserialize_job",
+    "serialize_job",
+    "shown_parameters",
+    "typed_parameters",
+]
 
 #: Most decimal digits an int may have: Python's default limit on int/str conversion, which a worker's
 #: JSON decoder applies, so a longer int could never be read back (nor, by default, written).
@@ -553,3 +561,8 @@ def shown_parameters(job_class: type[Job]) -> frozenset[str]:
     """The names of ``job_class``'s ``__init__`` parameters not marked ``Sensitive`` and whose annotation
     resolved; raises whatever inspecting the class raises."""
     return frozenset(param.name for param in _plan_for(job_class).params if not param.sensitive)
+
+
+def typed_parameters(job_class: type[Job]) -> frozenset[str]:
+    """The names of ``job_class``'s parameters stored by a codec (a typed value or a model reference)."""
+    return frozenset(param.name for param in _plan_for(job_class).params if param.codec is not None)
