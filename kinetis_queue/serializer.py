@@ -336,7 +336,9 @@ def _serialize_arg(path: str, param: _Param, value: Any) -> Any:
         raise _rejected(
             path,
             param,
-            f"a value of type {codec.name} needs a parameter annotated with exactly its class (or that class | None)",
+            values.explain(value)
+            or f"a value of type {codec.name} needs a parameter annotated with exactly its class "
+            "(or that class | None)",
         )
     raise _rejected(path, param, _describe_unsupported(value))
 
