@@ -22,10 +22,17 @@ from typing import Annotated, Any, Final, Union
 
 from kinetis_queue import values
 from kinetis_queue.exceptions import JobReconstructionError, UnserializableJobError
-from kinetis_queue.hooks import SkipDelivery
 from kinetis_queue.job import MAX_CLASS_PATH, Job, Sensitive, is_class_path, job_class_path, resolve_job_class
 from kinetis_queue.validation import MAX_DEPTH, is_utf8
-from kinetis_queue.values import Codec, Malformed, MalformedJobArgumentError, Missing, MissingModelError, Rejected
+from kinetis_queue.values import (
+    Codec,
+    Malformed,
+    MalformedJobArgumentError,
+    Missing,
+    MissingModelError,
+    MissingModelSkipped,
+    Rejected,
+)
 
 __all__ = [
     "MAX_DEPTH",
@@ -489,7 +496,7 @@ def deserialize_job(class_path: str, args: Any) -> Job:
                 value = _restore_arg(class_path, param, args[param.name])
             except MissingModelError as missing:
                 if getattr(cls, "delete_when_missing_models", False):
-                    raise SkipDelivery(f"{missing} (delete_when_missing_models)") from None
+                    raise MissingModelSkipped(f"{missing} (delete_when_missing_models)") from None
                 raise
         elif param.required:
             raise JobReconstructionError(f"{class_path}: required argument {param.name} was not stored")

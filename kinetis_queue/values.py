@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Any, Final, Protocol
 
 from kinetis_queue.exceptions import JobReconstructionError, KinetisQueueError, MalformedQueuedJobDataError
+from kinetis_queue.hooks import SkipDelivery
 
 __all__ = [
     "MalformedJobArgumentError",
@@ -49,6 +50,10 @@ class MalformedJobArgumentError(JobReconstructionError, MalformedQueuedJobDataEr
 class MissingModelError(JobReconstructionError):
     """A model instance a job was pushed with no longer exists; the job fails at once (or, with
     ``Job.delete_when_missing_models``, is acked without running)."""
+
+
+class MissingModelSkipped(SkipDelivery):
+    """A job with ``delete_when_missing_models`` whose model row is gone: acked unrun, its unique key freed."""
 
 
 #: The job's own failures no retry can change: the settlement fails them at once (and records them).

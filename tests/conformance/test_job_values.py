@@ -160,10 +160,21 @@ def test_a_row_deleted_before_the_worker_runs_fails_at_once_naming_model_and_key
 
 
 @pytest.mark.trait("stores_jobs")
-def test_delete_when_missing_models_acks_the_job_without_running_it(
-    connection: Queue, queue_name: str, user: User, outcomes: list
+@pytest.mark.parametrize("until", ["settled", "started"])
+def test_delete_when_missing_models_acks_the_job_without_running_it_and_frees_its_key(
+    connection: Queue,
+    backend: Backend,
+    queue_name: str,
+    user: User,
+    outcomes: list,
+    until: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    job_id = connection.push(invoice(user, InvoiceUnlessGone), queue=queue_name, max_attempts=5)
+    monkeypatch.setattr(InvoiceUnlessGone, "unique_until", until)
+    key = f"invoice-{queue_name}"
+    job_id = connection.push(
+        invoice(user, InvoiceUnlessGone), queue=queue_name, max_attempts=5, unique_key=key, unique_for=300
+    )
     user.delete()
     assert work_one(connection, queue_name) is True
     assert SEEN == []
@@ -171,6 +182,14 @@ def test_delete_when_missing_models_acks_the_job_without_running_it(
     assert not FailedJob.objects.filter(job_id=job_id).exists()
     assert connection.size(queue_name) == 0
     assert connection.pop(0.1, [queue_name]) is None
+    # The key went with the job: a new push under it is stored, not answered with the skipped job's id.
+    other = User.objects.using(backend.database or "default").create(username=f"o{uuid.uuid4().hex[:20]}")
+    try:
+        again = connection.push(invoice(other, InvoiceUnlessGone), queue=queue_name, unique_key=key, unique_for=300)
+        assert again != job_id
+        assert connection.size(queue_name) == 1
+    finally:
+        other.delete()
 
 
 @pytest.mark.trait("stores_jobs")
