@@ -32,7 +32,7 @@ class ModelCodec:
 
     def __init__(self, model: type[models.Model]) -> None:
         self.model = model
-        self.name = "model" if model is models.Model else model._meta.label
+        self.name = "a model" if model is models.Model else model._meta.label
 
     def encode(self, value: Any) -> Any:
         if not isinstance(value, self.model) or isinstance(value, type):
@@ -40,7 +40,7 @@ class ModelCodec:
             if explained is not None and not isinstance(value, models.Model):
                 raise Rejected(explained)
             raise Rejected(
-                f"the annotation stores a {self.name} instance, so a {type(value).__qualname__} is not allowed"
+                f"the annotation stores an instance of {self.name}, so a {type(value).__qualname__} is not allowed"
             )
         label = value._meta.label
         if value._state.adding or value.pk is None:
@@ -60,7 +60,7 @@ class ModelCodec:
         except LookupError:
             raise Malformed(f"names model {label!r}, which is not installed in this process") from None
         if not issubclass(model, self.model):
-            raise Malformed(f"names model {model._meta.label}, which is not a {self.name}")
+            raise Malformed(f"names model {model._meta.label}, which is not {self.name} or a subclass of it")
         if type(alias) is not str or alias not in connections.settings:
             raise Malformed(f"names database {str(alias)[:60]!r}, which this process's DATABASES does not define")
         pk = _key_value(model, key)

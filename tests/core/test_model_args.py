@@ -155,7 +155,7 @@ def test_an_instance_of_another_model_or_without_its_annotation_is_refused(user:
     group = Group.objects.create(name=f"g{uuid.uuid4().hex[:20]}")
     try:
         assert push_error(Welcome(group)) == (  # type: ignore[arg-type]
-            f"{job_class_path(Welcome)} argument user: the annotation stores a auth.User instance, so a Group "
+            f"{job_class_path(Welcome)} argument user: the annotation stores an instance of auth.User, so a Group "
             "is not allowed"
         )
         assert push_error(Loose(user)) == (
@@ -200,7 +200,7 @@ def test_delete_when_missing_models_skips_the_job_instead(user: User) -> None:
         ({"model": "auth.user", "pk": 1}, "is not a model reference (an object of exactly model, pk and db)"),
         ({"model": "auth", "pk": 1, "db": "default"}, "names a model that is not an app_label.model_name label"),
         ({"model": "shop.order", "pk": 1, "db": "default"}, "names model 'shop.order', which is not installed"),
-        ({"model": "auth.group", "pk": 1, "db": "default"}, "names model auth.Group, which is not a auth.User"),
+        ({"model": "auth.group", "pk": 1, "db": "default"}, "names model auth.Group, which is not auth.User or a"),
         ({"model": "auth.user", "pk": "one", "db": "default"}, "holds a primary key its AutoField does not accept"),
         ({"model": "auth.user", "pk": 1.5, "db": "default"}, "holds a primary key that is not an int or a string"),
         ({"model": "auth.user", "pk": 1, "db": "replica"}, "names database 'replica', which this process's"),
