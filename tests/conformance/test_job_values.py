@@ -21,6 +21,7 @@ from django.contrib.auth.models import User
 from kinetis_queue import Job, JobContext, Sensitive, register_value, values
 from kinetis_queue.contracts import Queue
 from kinetis_queue.exceptions import UnserializableJobError
+from kinetis_queue.failed import retry
 from kinetis_queue.models import FailedJob
 from kinetis_queue.redaction import REDACTED, shown_args
 from kinetis_queue.worker import Worker
@@ -100,7 +101,8 @@ def invoice(user: User, job_class: type[Invoice] = Invoice) -> Invoice:
 
 
 def work_one(connection: Queue, queue_name: str) -> bool:
-    worker = Worker(connection, retry_base_delay=0)
+    # Named, so a failed-job record names the connection queue_retry pushes back to.
+    worker = Worker(connection, connection=connection.connection, retry_base_delay=0)
     try:
         return worker.process_next(5, [queue_name])
     finally:
@@ -220,6 +222,12 @@ def test_a_value_type_the_worker_does_not_register_is_malformed_and_reported(
     assert f"argument total {expected}" in record.exception_message
     assert "99.90" not in record.exception_message
     assert connection.size(queue_name) == 0
+    # The record kept the payload: once the worker registers the value type, queue_retry runs it.
+    monkeypatch.undo()
+    retried = retry(record.pk)
+    assert retried.error is None and retried.job_id is not None
+    assert work_one(connection, queue_name) is True
+    assert [seen["total"] for seen in SEEN] == [Money(Decimal("99.90"), "EUR")]
 
 
 def test_a_queryset_is_refused_at_push_and_nothing_is_written(
