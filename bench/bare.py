@@ -7,14 +7,15 @@ and index for index:
 
 - push: one ``INSERT`` per job, committed on its own (autocommit), with the column values the
   project writes (a 32-hex job id, JSON text ``'{}'`` args and metadata, epoch-second times);
-- drain, per job, on PostgreSQL and MariaDB: one transaction ``SELECT id ... ORDER BY id LIMIT 1
+- drain, per job, on PostgreSQL and MariaDB: one transaction ``SELECT id ... ORDER BY priority DESC, id LIMIT 1
   FOR UPDATE SKIP LOCKED`` + ``UPDATE ... SET reserved_at, reserved_token`` + ``COMMIT``, then
   ``DELETE ... WHERE id AND reserved_token`` + ``COMMIT`` (two commits per job);
 - drain on SQLite (no SKIP LOCKED, writers are serialized): ``UPDATE ... WHERE id = (SELECT ...)
   RETURNING id``, then the ``DELETE``, each committed on its own.
 
 The claim's WHERE clause is the project's claimability test (queue, due, unreserved or expired),
-so both sides use the same index. Drivers run with their defaults (so psycopg prepares a statement
+and its order the project's (priority, highest first, then id), so both sides use the same index.
+Drivers run with their defaults (so psycopg prepares a statement
 run five times, which Django turns off), except that the MariaDB session uses READ COMMITTED, the
 isolation level Django sets on every MySQL connection (the project side gets it too).
 
@@ -103,7 +104,7 @@ def ensure_table(backend: str) -> None:
             cursor.execute("SELECT sql FROM sqlite_master WHERE tbl_name = 'kinetis_queue_jobs' AND sql IS NOT NULL")
             statements = [row[0] for row in cursor.fetchall()]
             for ddl in statements:
-                ddl = ddl.replace('"kinetis_queue_jobs_queue"', '"bare_jobs_queue"')
+                ddl = ddl.replace('"kinetis_queue_jobs_claim"', '"bare_jobs_claim"')
                 ddl = ddl.replace('"kinetis_queue_jobs"', f'"{TABLE}"')
                 ddl = ddl.replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ", 1)
                 ddl = ddl.replace("CREATE INDEX ", "CREATE INDEX IF NOT EXISTS ", 1)
@@ -161,7 +162,7 @@ def drain(backend: str, queue: str, n: int, *, async_commit: bool = False) -> fl
     if vendor(backend) == "sqlite":
         claim = (
             f"UPDATE {TABLE} SET reserved_at = ?, reserved_token = ? WHERE id = "
-            f"(SELECT id FROM {TABLE} WHERE {claimable} ORDER BY id LIMIT 1) RETURNING id"
+            f"(SELECT id FROM {TABLE} WHERE {claimable} ORDER BY priority DESC, id LIMIT 1) RETURNING id"
         )
         conn = connect(backend, autocommit=True)
         try:
@@ -177,7 +178,7 @@ def drain(backend: str, queue: str, n: int, *, async_commit: bool = False) -> fl
         finally:
             conn.close()
         return time.perf_counter() - started
-    select = f"SELECT id FROM {TABLE} WHERE {claimable} ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+    select = f"SELECT id FROM {TABLE} WHERE {claimable} ORDER BY priority DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED"
     update = f"UPDATE {TABLE} SET reserved_at = {p}, reserved_token = {p} WHERE id = {p}"
     conn = connect(backend, autocommit=False)
     try:

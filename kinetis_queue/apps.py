@@ -19,6 +19,7 @@ class KinetisQueueConfig(AppConfig):
 
         model_args.install()  # job arguments annotated with a model class (docs/job-arguments.md)
         from kinetis_queue.contrib import receivers  # noqa: F401  (registers QueuedReceiverJob)
+        from kinetis_queue.contrib.mail import checks as _mail_checks  # noqa: F401  (SendMailJob, check E009)
         from kinetis_queue.limits.database import database_slots
         from kinetis_queue.unique.database import database_locks
 
@@ -34,7 +35,7 @@ class KinetisQueueConfig(AppConfig):
         setup.configure()
         importlib.import_module("kinetis_queue.workflows.jobs")  # the callback carrier, known before any delivery
 
-        # The carrier jobs of contrib/ (QueuedReceiverJob, RunTask where django.tasks exists) are
+        # The carrier jobs of contrib/ (QueuedReceiverJob, SendMailJob, RunTask where django.tasks exists) are
         # registered before any message arrives: a worker resolves only registered names, and
         # discovery skips this app's own modules.
         if any(importlib.util.find_spec(name) is not None for name in ("django.tasks", "django_tasks")):

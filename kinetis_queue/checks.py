@@ -12,6 +12,8 @@ Errors:
   class without handle() that has subclasses, or an abstract one, is not reported.
 - kinetis_queue.E008: KINETIS_QUEUE["METRICS"] or ["TRACING"] is on and its library (prometheus_client,
   opentelemetry) is not installed: the pip extra to install is named.
+- kinetis_queue.E009: KINETIS_QUEUE["MAIL"] does not validate or names no sending backend (queued
+  email; registered by kinetis_queue/contrib/mail/checks.py).
 - kinetis_queue.E007: a Job subclass of a discovery module has unique_* attributes a push would refuse
   (kinetis_queue.unique): unique_for out of range, an unknown scope, debounce without "started".
 

@@ -18,7 +18,7 @@ from django.conf import settings
 
 from kinetis_queue.exceptions import QueueConfigurationError
 from kinetis_queue.schema import BackendOptions, KeyPath, Option, boolean, fail, integer, key, number, optional
-from kinetis_queue.validation import CONNECTION_NAME, MAX_RETRY_DELAY
+from kinetis_queue.validation import CONNECTION_NAME, MAX_COUNTER, MAX_RETRY_DELAY, QUEUE_NAME
 
 #: Used when KINETIS_QUEUE is not set: one SQL connection on the default database.
 DEFAULT_SETTING: dict[str, Any] = {
@@ -143,7 +143,15 @@ def load() -> QueueSettings:
         raw = DEFAULT_SETTING
     if not isinstance(raw, Mapping):
         raise QueueConfigurationError("KINETIS_QUEUE must be a dict")
-    allowed_top = {"DEFAULT_CONNECTION", "CONNECTIONS", "IMPORTS", "SCHEDULE", *OBSERVABILITY_KEYS, *SHARED_KEYS}
+    allowed_top = {
+        "DEFAULT_CONNECTION",
+        "CONNECTIONS",
+        "IMPORTS",
+        "SCHEDULE",
+        "MAIL",  # validated by mail() alone (check kinetis_queue.E009), so a bad MAIL stops no push
+        *OBSERVABILITY_KEYS,
+        *SHARED_KEYS,
+    }
     for given in raw:
         if given not in allowed_top:
             raise fail((str(given),), f"is not a known key (known: {', '.join(sorted(allowed_top))})")
@@ -245,6 +253,97 @@ def _outbox(backend: str, entry: Mapping[str, Any], path: KeyPath) -> OutboxSett
         return None
     return OutboxSettings(
         values["OUTBOX"], values["OUTBOX_ALWAYS"], float(values["OUTBOX_POLL"]), values["OUTBOX_WARN"]
+    )
+
+
+# -- KINETIS_QUEUE["MAIL"]: queued email (kinetis_queue/contrib/mail, docs/mail.md) ------------------
+
+
+def _dotted_path(value: Any, path: KeyPath) -> None:
+    if type(value) is not str or _MODULE_NAME.fullmatch(value) is None or "." not in value:
+        raise fail(path, "must be the dotted path of an email backend class")
+
+
+def _mailer_alias(value: Any, path: KeyPath) -> None:
+    mailers = getattr(settings, "MAILERS", None)
+    if mailers is None:
+        raise fail(path, "names a MAILERS alias, but MAILERS is not set (Django 6.1+); use BACKEND instead")
+    if type(value) is not str or value not in mailers:
+        raise fail(path, f"must name an alias in MAILERS (MAILERS has: {', '.join(map(str, mailers))})")
+
+
+def _connection_name(value: Any, path: KeyPath) -> None:
+    connections = getattr(settings, "KINETIS_QUEUE", None) or DEFAULT_SETTING
+    known = connections.get("CONNECTIONS", {}) if isinstance(connections, Mapping) else {}
+    if type(value) is not str or value not in known:
+        raise fail(path, "must name one of KINETIS_QUEUE['CONNECTIONS'] (None: the default connection)")
+
+
+def _queue_name(value: Any, path: KeyPath) -> None:
+    if type(value) is not str or QUEUE_NAME.fullmatch(value) is None:
+        raise fail(path, "must be a queue name: 1 to 80 letters, digits, '-' or '_'")
+
+
+def _mail_entry(entry: Mapping[str, Any], path: KeyPath) -> None:
+    if entry.get("BACKEND") is not None and entry.get("MAILER") is not None:
+        raise fail(path, "sets both BACKEND and MAILER: name the real email backend one way")
+
+
+#: The keys of KINETIS_QUEUE["MAIL"]. BACKEND (a dotted path, built with no options, so it reads the
+#: worker's EMAIL_* settings) or MAILER (a MAILERS alias, Django 6.1+) is what sends on the worker.
+MAIL_SCHEMA = BackendOptions(
+    options=(
+        Option("BACKEND", None, optional(_dotted_path)),
+        Option("MAILER", None, optional(_mailer_alias)),
+        Option("CONNECTION", None, optional(_connection_name)),
+        Option("QUEUE", "default", _queue_name),
+        Option("MAX_ATTEMPTS", 5, optional(integer(0, MAX_COUNTER))),
+        #: The largest encoded message (JSON, attachments in base64): room under SQS's 1 MiB message.
+        Option("MAX_BYTES", 900 * 1024, integer(1024, 64 * 1024 * 1024)),
+        #: The database whose transaction a send inside ``atomic()`` waits for; None: queue at once.
+        Option("ON_COMMIT", "default", optional(_database_alias)),
+    ),
+    check_entry=_mail_entry,
+)
+#: Django's own default email backend, used when MAIL names neither BACKEND nor MAILER.
+DEFAULT_MAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+
+
+@dataclass(frozen=True)
+class MailSettings:
+    """KINETIS_QUEUE["MAIL"], validated: what QueuedEmailBackend pushes to and the worker sends through."""
+
+    #: The real email backend's dotted path, or None when ``mailer`` names a MAILERS alias instead.
+    backend: str | None
+    mailer: str | None
+    connection: str | None
+    queue: str
+    max_attempts: int | None
+    max_bytes: int
+    on_commit: str | None
+
+
+def mail() -> MailSettings:
+    """KINETIS_QUEUE["MAIL"] alone, validated (an absent MAIL is every default); raises QueueConfigurationError."""
+    raw = getattr(settings, "KINETIS_QUEUE", None)
+    entry = raw.get("MAIL", {}) if isinstance(raw, Mapping) else {}
+    if not isinstance(entry, Mapping):
+        raise fail(("MAIL",), "must be a dict")
+    for given in entry:
+        if given not in MAIL_SCHEMA.names:
+            raise fail(("MAIL", str(given)), f"is not a known key (known: {', '.join(sorted(MAIL_SCHEMA.names))})")
+    values = MAIL_SCHEMA.resolve(entry, ("MAIL",))
+    backend = values["BACKEND"]
+    if backend is None and values["MAILER"] is None:
+        backend = DEFAULT_MAIL_BACKEND
+    return MailSettings(
+        backend=backend,
+        mailer=values["MAILER"],
+        connection=values["CONNECTION"],
+        queue=values["QUEUE"],
+        max_attempts=values["MAX_ATTEMPTS"],
+        max_bytes=values["MAX_BYTES"],
+        on_commit=values["ON_COMMIT"],
     )
 
 

@@ -39,6 +39,7 @@ from kinetis_queue.exceptions import (
 from kinetis_queue.job import Job
 from kinetis_queue.limits import SlotStore
 from kinetis_queue.outbox import Outbox
+from kinetis_queue.priority import DEFAULT_PRIORITY, priority_of, validate_priority, with_priority
 from kinetis_queue.registry import ensure_runnable
 from kinetis_queue.serializer import serialize_job
 from kinetis_queue.unique import LockStore, UniqueLock
@@ -102,6 +103,11 @@ class QueuedJob:
 
     def __post_init__(self) -> None:
         validate_queue_name(self.queue)
+
+    @property
+    def priority(self) -> int:
+        """The job's priority within its queue (kinetis_queue.priority), kept across releases; 0 by default."""
+        return priority_of(self.metadata)
 
     @classmethod
     def delivered(cls, envelope: Envelope, queue: str, handle: Any) -> QueuedJob:
@@ -188,6 +194,9 @@ class Queue(ABC):
     poll_pause: float = SWEEP_PAUSE
     #: True for a backend that runs each job inside push() (sync): no worker ever delivers it.
     runs_inline: ClassVar[bool] = False
+    #: Whether the store orders jobs within a queue by priority (kinetis_queue.priority); a push with
+    #: a priority other than 0 to a backend that cannot is refused by prepare() (docs/priority.md).
+    supports_priority: ClassVar[bool] = False
 
     def __init__(self, *, connection: str | None = None) -> None:
         self.connection = connection
@@ -208,6 +217,7 @@ class Queue(ABC):
         queue: str = "default",
         max_attempts: int | None = None,
         *,
+        priority: int | None = None,
         unique_key: str | None = None,
         unique_for: float | None = None,
         unique_until: str | None = None,
@@ -226,6 +236,7 @@ class Queue(ABC):
                 delay,
                 queue,
                 max_attempts,
+                priority=priority,
                 unique_key=unique_key,
                 unique_for=unique_for,
                 unique_until=unique_until,
@@ -241,6 +252,7 @@ class Queue(ABC):
         queue: str = "default",
         max_attempts: int | None = None,
         *,
+        priority: int | None = None,
         unique_key: str | None = None,
         unique_for: float | None = None,
         unique_until: str | None = None,
@@ -253,10 +265,15 @@ class Queue(ABC):
         the backend's own limits); a job no worker could run (no handle(), an uncallable handle(), a
         class defined in ``__main__``, the shell or a function) raises UnrunnableJobError. The
         arguments are serialized now, but lists and dicts may still be shared with the job.
+
+        ``priority`` (None: the job class's ``priority``, 0 unless it sets one) orders the job within
+        its queue, -100 to 100, higher first; a backend without ``supports_priority`` refuses any
+        other than 0 (kinetis_queue.priority).
         """
         seconds = validate_delay(delay)
         validate_queue_name(queue)
         cap = validate_max_attempts(max_attempts)
+        rank = self._priority(job, priority)
         job_class, args = serialize_job(job)
         ensure_runnable(type(job))
         metadata = self._metadata()
@@ -269,9 +286,23 @@ class Queue(ABC):
         if type(job).unique_for is not None or options != _NO_UNIQUE_OPTIONS:
             lock = unique.lock_for(job, job_class, args, self.connection, queue, *options)
             metadata = {**metadata, unique.METADATA_KEY: lock.metadata()}
+        metadata = with_priority(metadata, rank)
         prepared = PreparedPush(new_envelope(job_class, args, cap, metadata), seconds, queue, lock)
         self._check_push(prepared)
         return prepared
+
+    def _priority(self, job: Job, priority: int | None) -> int:
+        """The push's checked priority: ``priority``, else the job class's; refused where unsupported."""
+        if priority is None:
+            rank = validate_priority(getattr(type(job), "priority", DEFAULT_PRIORITY), f"{type(job).__name__}.priority")
+        else:
+            rank = validate_priority(priority)
+        if rank != DEFAULT_PRIORITY and not self.supports_priority:
+            raise InvalidQueueArgumentError(
+                f"the {self.backend_name} backend cannot order jobs within a queue by priority: push with "
+                "priority 0, or use a backend that can (docs/priority.md)"
+            )
+        return rank
 
     def send(self, prepared: PreparedPush) -> str:
         """Store a prepared push and return its job id; what push() guarantees holds from here on.
@@ -295,9 +326,16 @@ class Queue(ABC):
         return prepared.envelope.id
 
     def push_many(
-        self, jobs: Sequence[Job], delay: object = 0, queue: str = "default", max_attempts: int | None = None
+        self,
+        jobs: Sequence[Job],
+        delay: object = 0,
+        queue: str = "default",
+        max_attempts: int | None = None,
+        *,
+        priority: int | None = None,
     ) -> list[str]:
-        """Store every job of ``jobs`` (same delay, queue and attempt cap) and return their ids in order.
+        """Store every job of ``jobs`` (same delay, queue, attempt cap and priority; None: each job
+        class's own) and return their ids in order.
 
         Every job is checked and serialized before any I/O: one bad job raises the error push()
         would raise, its message starting with the job's index (``jobs[3]: ...``), and nothing is
@@ -308,7 +346,7 @@ class Queue(ABC):
         prepared = []
         for index, job in enumerate(jobs):
             try:
-                prepared.append(self.prepare(job, delay, queue, max_attempts))
+                prepared.append(self.prepare(job, delay, queue, max_attempts, priority=priority))
             except (InvalidQueueArgumentError, UnserializableJobError, UnrunnableJobError) as exc:
                 raise _at_index(exc, index) from exc
         return self.send_many(prepared)

@@ -31,7 +31,7 @@ from kinetis_queue.heartbeat import Heartbeat, RenewalReport
 from kinetis_queue.hooks import SkipDelivery
 from kinetis_queue.hygiene import HYGIENE_FRESH_FOR, reset_connections
 from kinetis_queue.job import Job, JobContext, Snooze, call_handle, handle_arguments
-from kinetis_queue.job_timeout import call_with_timeout
+from kinetis_queue.job_timeout import attempt_timeout, call_with_timeout
 from kinetis_queue.limits import STORE_FAILURE_DELAY, AtLimit, Slot
 from kinetis_queue.limits.keeper import SlotKeeper
 from kinetis_queue.outcomes import JobOutcome, JobReport
@@ -171,13 +171,15 @@ class DeliveryRunner:
                 snoozes=snoozes_of(job),
                 cancel_check=partial(self.policy.hooks.cancelled, job),
             )
-            if self._needs_watchdog(instance):
-                token = self._arm(job, claim, log_context, started)
+            seconds = attempt_timeout(job.metadata, self.job_timeout)
+            if self._needs_watchdog(instance, seconds):
+                assert seconds is not None
+                token = self._arm(job, claim, log_context, started, seconds)
             self.policy.hooks.started(job)
             # Per-job hygiene: handle() runs in a copy of the worker's context, so whatever it
             # activates through context variables (Django's translation and time zone, any
             # asgiref Local) ends with it and never reaches the next job.
-            contextvars.copy_context().run(self._call, instance, context, token is not None)
+            contextvars.copy_context().run(self._call, instance, context, token is not None, seconds)
         except BaseException as exc:
             # Contract: whatever handle() or rebuilding the job raises is the job's own failure (or
             # its Snooze), SystemExit and KeyboardInterrupt included (the worker turns its own SIGINT
@@ -203,7 +205,7 @@ class DeliveryRunner:
         unstarted, no attempt charged) when the key is at its limit or a store could not be reached,
         Superseded when a debounced push replaced the delivery. Returns the slot held, if any."""
         self.policy.hooks.admit(job)  # paused queues, cancellation, workflows: SkipDelivery or AtLimit
-        limit = type(instance).concurrency_limit
+        limit = instance.concurrency_limit_for()
         slot = None
         try:
             if limit is not None:
@@ -237,28 +239,27 @@ class DeliveryRunner:
                     keeper = self.slots = SlotKeeper(self.policy.queue)
         return keeper
 
-    def _needs_watchdog(self, instance: Any) -> bool:
+    def _needs_watchdog(self, instance: Any, seconds: float | None) -> bool:
         """A sync job with a time limit, off the main thread: SIGALRM cannot reach it."""
         return (
-            self.job_timeout is not None
+            seconds is not None
             and self.watchdog is not None
             and threading.current_thread() is not threading.main_thread()
             and not inspect.iscoroutinefunction(type(instance).handle)
         )
 
-    def _call(self, instance: Any, context: JobContext, watched: bool) -> None:
-        """handle() under this attempt's limit: cancellation (async), SIGALRM (main thread), the
-        watchdog already armed (``watched``), or none."""
+    def _call(self, instance: Any, context: JobContext, watched: bool, seconds: float | None) -> None:
+        """handle() under this attempt's limit of ``seconds``: cancellation (async), SIGALRM (main thread),
+        the watchdog already armed (``watched``), or none."""
         if inspect.iscoroutinefunction(type(instance).handle):
-            run_coroutine(instance.handle(**handle_arguments(instance, context)), self.job_timeout)
-        elif self.job_timeout is None or watched:
+            run_coroutine(instance.handle(**handle_arguments(instance, context)), seconds)
+        elif seconds is None or watched:
             call_handle(instance, context)
         else:
-            call_with_timeout(instance, context, self.job_timeout)
+            call_with_timeout(instance, context, seconds)
 
-    def _arm(self, job: QueuedJob, claim: Claim, log_context: dict[str, Any], started: float) -> int:
-        assert self.watchdog is not None and self.job_timeout is not None
-        seconds = self.job_timeout
+    def _arm(self, job: QueuedJob, claim: Claim, log_context: dict[str, Any], started: float, seconds: float) -> int:
+        assert self.watchdog is not None
 
         def expired() -> None:
             if not claim.take():

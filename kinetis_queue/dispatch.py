@@ -11,7 +11,6 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -45,6 +44,7 @@ def push_on_commit(
     ``unique_key``, ``unique_for``, ``unique_until``, ``debounce`` and ``on_duplicate`` are push()'s
     (kinetis_queue.unique): the key is taken when the job is sent, after the commit. The id returned is
     the one the job is sent under; a unique job whose key is held by then is not stored (its holder is).
+    ``priority`` is push()'s too (kinetis_queue.priority), passed on the same way.
     """
     target = connections.queues.default() if connection is None else connections.queues[connection]
     prepared = target.prepare(job, delay, queue, max_attempts, **unique_options)
@@ -58,22 +58,31 @@ def push_after_commit(
     *,
     using: str,
     on_failure: Callable[[Exception], None] | None = None,
+    on_sent: Callable[[str], None] | None = None,
 ) -> None:
     """Send a prepared push (``Queue.prepare()``) after the transaction on ``using`` commits, at once outside one.
 
     At once, a push error raises to the caller. From the commit hook it is reported (log and
     ``push_on_commit_failed``), then ``on_failure(exception)`` runs; neither can stop later hooks.
+    ``on_sent(job_id)`` receives the id the send returned (a unique push's holder's, when its key was
+    held); from the commit hook its errors are contained like ``on_failure``'s.
 
     A connection whose outbox (OUTBOX) is that database writes the push to the outbox now, in the
     transaction (kinetis_queue/outbox): it then commits with it, and no hook is needed.
     """
     outbox = target.outbox
+
+    def send_now() -> None:
+        sent = target.send(prepared)
+        if on_sent is not None:
+            on_sent(sent)
+
     if outbox is not None and outbox.database == using and outbox.captures():
-        target.send(prepared)
+        send_now()
         return
     if not transaction.get_connection(using).in_atomic_block:
         # Django runs the hook at once here (or refuses outside autocommit): errors reach the caller.
-        transaction.on_commit(partial(target.send, prepared), using=using)
+        transaction.on_commit(send_now, using=using)
         return
     # A copy of the arguments, so changes to the job's lists or dicts before the commit are not pushed.
     envelope = replace(prepared.envelope, args=json.loads(dumps(prepared.envelope.args)))
@@ -81,7 +90,7 @@ def push_after_commit(
 
     def hook() -> None:
         try:
-            target.send(prepared)
+            sent = target.send(prepared)
         except Exception as exc:
             _report(target, prepared, exc)
             if on_failure is not None:
@@ -93,6 +102,12 @@ def push_after_commit(
                         prepared.id,
                         type(nested).__name__,
                     )
+            return
+        if on_sent is not None:
+            try:
+                on_sent(sent)
+            except Exception as nested:
+                _log("The handler of the sent push of job %s raised %s (contained)", prepared.id, type(nested).__name__)
 
     transaction.on_commit(hook, using=using, robust=True)
 

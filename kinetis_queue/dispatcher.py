@@ -11,7 +11,9 @@ deliveries as finished in the last PREFETCH_WINDOW (none while jobs are slow), a
 in the pool, a delivery still waiting after PREFETCH_HOLD seconds is given back with
 ``Queue.unreserve()``. Every held delivery, running or waiting, is renewed by the heartbeat. The
 exposure: a worker killed while holding K deliveries charges each of them one attempt (they come back
-when their leases expire), and nothing else.
+when their leases expire), and nothing else. Before a redelivery (attempt 2 or more: perhaps a job that
+kills its worker) starts, the acks are flushed and the deliveries reserved ahead given back, so a
+poison pill costs only the jobs running beside it.
 
 Stopping (a limit, stop(), the first SIGTERM/SIGINT): reserve no more, give back every waiting
 delivery with ``unreserve()`` (same attempt number next time), let every running job finish, flush
@@ -147,6 +149,14 @@ class Dispatcher:
                 self._finished.popleft()
             return min(self.prefetch, len(self._finished))
 
+    def _before_a_redelivery(self) -> None:
+        """A redelivery may be a job that ends its worker (a poison pill): before it starts, send the
+        deferred acks and give back the deliveries reserved ahead, so that a crash costs only the jobs
+        running, not those already done or not yet started. Redeliveries are rare: the hot path pays a
+        comparison."""
+        self.acks.flush()
+        self._unreserve_waiting()
+
     def _free(self) -> int:
         with self._cond:
             return 1 if self.concurrency == 1 else self.concurrency - self._busy
@@ -156,6 +166,8 @@ class Dispatcher:
     def _dispatch(self, job: QueuedJob) -> None:
         self.taken += 1
         crashpoints.reach("after_pop")  # test-only; off unless KQ_CRASHPOINT names it
+        if job.attempts > 1:
+            self._before_a_redelivery()
         if self.concurrency == 1:
             with self._cond:
                 self._busy += 1

@@ -3,7 +3,8 @@
 Every durable backend stores id, pushedAt, class, args, attempts, maxAttempts and metadata. Writing
 uses ``allow_nan=False``; reading rejects NaN/Infinity literals, duplicate keys, runaway nesting,
 wrong shapes and out-of-range counters as MalformedQueuedJobDataError, so one corrupted message can
-never raise something else that would stop a worker.
+never raise something else that would stop a worker. A job's priority travels in its metadata
+(kinetis_queue.priority), never as a key of its own: the set of keys is what it always was.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, NoReturn
 
 from kinetis_queue.exceptions import MalformedJobSettledError, MalformedQueuedJobDataError
 from kinetis_queue.job import MAX_CLASS_PATH, is_class_path
+from kinetis_queue.priority import priority_of
 from kinetis_queue.validation import JOB_ID as JOB_ID  # a stored job id: JOB_ID_LENGTH lowercase hex characters
 from kinetis_queue.validation import JOB_ID_LENGTH, MAX_COUNTER, MAX_DEPTH, QUEUE_NAME, is_utf8
 
@@ -51,6 +53,11 @@ class Envelope:
 
     def pushed_at_datetime(self) -> datetime:
         return datetime.fromtimestamp(self.pushed_at, UTC)
+
+    @property
+    def priority(self) -> int:
+        """The job's priority within its queue, carried in ``metadata`` (kinetis_queue.priority); 0 by default."""
+        return priority_of(self.metadata)
 
 
 def new_envelope(job_class: str, args: dict[str, Any], max_attempts: int | None, metadata: dict[str, Any]) -> Envelope:

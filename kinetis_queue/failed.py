@@ -22,8 +22,9 @@ from django.db import router
 from django.utils import timezone
 
 from kinetis_queue.contracts import QueuedJob
-from kinetis_queue.envelope import decode_args, dumps, loads
-from kinetis_queue.exceptions import InvalidQueueArgumentError
+from kinetis_queue.envelope import decode_args, decode_metadata, dumps, loads
+from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedQueuedJobDataError
+from kinetis_queue.priority import DEFAULT_PRIORITY, priority_of
 from kinetis_queue.redaction import scrub, sensitive_values
 from kinetis_queue.serializer import deserialize_job
 from kinetis_queue.transactions import write_atomic
@@ -135,6 +136,14 @@ def record_args(record: FailedJob) -> dict[str, Any]:
     return decode_args(loads(record.args))
 
 
+def record_priority(record: FailedJob) -> int:
+    """The priority the record's job was pushed with (kinetis_queue.priority); 0 when none or tampered."""
+    try:
+        return priority_of(decode_metadata(loads(record.metadata)))
+    except MalformedQueuedJobDataError:
+        return DEFAULT_PRIORITY
+
+
 def shown_class(record: FailedJob) -> str:
     """What the operator sees as the record's job: the task or receiver it carried, else its class path."""
     from kinetis_queue.job import display_name
@@ -210,6 +219,8 @@ class RetryOutcome:
 def retry(failed_job_id: int) -> RetryOutcome:
     """Push the record's job again to its connection and queue, attempts reset; then remove the record.
 
+    The job keeps its priority where the connection orders by priority (docs/priority.md), else runs at 0.
+
     The stored class and arguments are first rebuilt and re-serialized under the argument contract,
     so a tampered record pushes nothing. The record is removed only after the push returned; a push
     that raises leaves it intact. The record's row is locked for the whole operation, so two
@@ -231,7 +242,8 @@ def retry(failed_job_id: int) -> RetryOutcome:
             job = deserialize_job(record.job_class, record_args(record))
             queues = connections.queues
             target = queues.default() if record.connection is None else queues[record.connection]
-            job_id = target.push(job, queue=queue_name, max_attempts=max_attempts)
+            priority = record_priority(record) if target.supports_priority else DEFAULT_PRIORITY
+            job_id = target.push(job, queue=queue_name, max_attempts=max_attempts, priority=priority)
             record.delete()
     except Exception as exc:
         return RetryOutcome(failed_job_id, error=f"{type(exc).__name__}: {exc}")

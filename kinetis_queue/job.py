@@ -54,10 +54,18 @@ class Job:
     #: A model instance argument whose row is gone by the time the job runs (docs/job-arguments.md):
     #: False fails the job at once, naming the model and key; True acks it without running it.
     delete_when_missing_models: ClassVar[bool] = False
+    #: Order within a queue (kinetis_queue.priority, docs/priority.md): -100 to 100, higher first; a
+    #: push may override it. 0, the default, is the store's plain FIFO path.
+    priority: ClassVar[int] = 0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         Job._registry[job_class_path(cls)] = cls
+
+    def concurrency_limit_for(self) -> ConcurrencyLimit | None:
+        """This job's concurrency limit, read by the worker before each attempt: its class's
+        (``@limit_concurrency``) unless a subclass decides per job (the django.tasks carrier job does)."""
+        return type(self).concurrency_limit
 
     def handle(self, *args: Any, **kwargs: Any) -> None:
         """Do the work; may take ``context: JobContext``. Raising fails this attempt."""

@@ -15,8 +15,21 @@ from typing import Any, Final
 from kinetis_queue.exceptions import JobTimeoutError, JobTimeoutInterrupt
 from kinetis_queue.job import JobContext, call_handle
 
+#: The metadata key of a job's own limit on one attempt, in seconds (written by the django.tasks backend
+#: from ``@task(timeout=...)``); it replaces the worker's ``--timeout`` for that job.
+TIMEOUT_KEY: Final = "kinetis_queue.timeout"
+
 #: SIGALRM interrupts a running handle() for job_timeout (POSIX, main thread only).
 CAN_INTERRUPT: Final = hasattr(signal, "setitimer") and hasattr(signal, "SIGALRM")
+
+
+def attempt_timeout(metadata: dict[str, Any], worker_timeout: float | None) -> float | None:
+    """The limit on one attempt of a job with this ``metadata``: its own (TIMEOUT_KEY, a positive finite
+    number of seconds) where it has one, else the worker's (None: no limit). An invalid value is ignored."""
+    seconds = metadata.get(TIMEOUT_KEY)
+    if isinstance(seconds, (int, float)) and type(seconds) is not bool and 0 < seconds < float("inf"):
+        return float(seconds)
+    return worker_timeout
 
 
 class _Alarm:

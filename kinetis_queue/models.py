@@ -39,10 +39,14 @@ class QueuedJobRecord(models.Model):
     available_at = models.FloatField()
     reserved_at = models.FloatField(null=True)
     reserved_token = ExactCharField(max_length=32, null=True)
+    #: Order within the queue, higher first (kinetis_queue.priority); also in ``metadata`` when not 0.
+    #: The database default lets a writer that predates the column still insert rows.
+    priority = models.SmallIntegerField(db_default=0)
 
     class Meta:
         db_table = "kinetis_queue_jobs"
-        indexes = [models.Index(fields=["queue", "id"], name="kinetis_queue_jobs_queue")]
+        # The claim's index (backends/sql/claim.py): each queue's rows by priority, highest first, then id.
+        indexes = [models.Index(fields=["queue", "-priority", "id"], name="kinetis_queue_jobs_claim")]
         verbose_name = "queued job"
 
     def __str__(self) -> str:

@@ -32,6 +32,11 @@ from kinetis_queue.worker_log import attempt_of, contained, describe, job_name, 
 MAX_RETRY_EXPONENT: Final = 10
 #: The metadata key counting a job's snoozes (kinetis_queue.job.Snooze); absent on a plain push.
 SNOOZES_KEY: Final = "kinetis_queue.snoozes"
+#: The metadata key of a job's own retry rule, ``{"delay": seconds, "backoff": "exponential" | "fixed"}``
+#: (written by the django.tasks backend from ``@task(retry_delay=..., backoff=...)``); absent: the worker's.
+RETRY_KEY: Final = "kinetis_queue.retry"
+#: The backoff rules a RETRY_KEY may name: doubling from the delay (the worker's rule), or the delay each time.
+BACKOFFS: Final = ("exponential", "fixed")
 
 
 def retry_delay(attempt: int, base: float) -> float:
@@ -40,6 +45,19 @@ def retry_delay(attempt: int, base: float) -> float:
     min(MAX_RETRY_DELAY, base * 2 ** min(attempt - 1, 10)): doubling, capped.
     """
     return float(min(MAX_RETRY_DELAY, base * 2 ** min(max(attempt, 1) - 1, MAX_RETRY_EXPONENT)))
+
+
+def job_retry_delay(job: QueuedJob, base: float) -> float:
+    """Seconds before the retry of ``job`` after its attempt failed: its own rule (RETRY_KEY) where its
+    metadata carries a valid one, else the worker's (``base``, doubling). An invalid rule is ignored."""
+    rule = job.metadata.get(RETRY_KEY)
+    if type(rule) is dict:
+        delay = rule.get("delay")
+        if isinstance(delay, (int, float)) and type(delay) is not bool and 0 <= delay <= MAX_RETRY_DELAY:
+            base = float(delay)
+        if rule.get("backoff") == "fixed":
+            return float(base)
+    return retry_delay(job.attempts, base)
 
 
 def snoozes_of(job: QueuedJob) -> int:
@@ -185,7 +203,7 @@ class Settler:
         # An argument that cannot decode, or a model row that is gone, fails at once: no retry can
         # change it (kinetis_queue.values; the spec: "Malformed or unreconstructable payloads fail immediately").
         if job.attempts < cap and not isinstance(error, PERMANENT_ERRORS):
-            delay = retry_delay(job.attempts, self.policy.retry_base_delay)
+            delay = job_retry_delay(job, self.policy.retry_base_delay)
             contained(
                 logger.warning,
                 'Job "%s" failed (attempt %d), retrying in %gs: %s: %s',

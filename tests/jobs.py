@@ -42,6 +42,12 @@ class Records(Job):
         CALLS.append(("Records", self.label, self.items, self.color, self.when, context.attempts, context.queue))
 
 
+class UrgentRecords(Records):
+    """Records, at priority 10 unless a push says otherwise (Job.priority)."""
+
+    priority = 10
+
+
 class Fails(Job):
     """Raises every time."""
 

@@ -136,6 +136,9 @@ KINETIS_QUEUE = {
         "tests.operator_jobs",
         "tests.operator_receivers",
         *(["tests.task_defs"] if any(find_spec(name) for name in ("django.tasks", "django_tasks")) else []),
+        # @task(**options) needs Django 6.1's task_class forwarding (tests/task_option_defs.py).
+        *(["tests.task_option_defs"] if find_spec("django.tasks") else []),
+        "kinetis_queue.contrib.tasks.prune",  # PruneTaskResults, named by a schedule (test_tasks_results.py)
     ],
 }
 

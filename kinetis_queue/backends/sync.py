@@ -24,13 +24,16 @@ class SyncQueue(ClearableQueue):
 
     The job is rebuilt from its serialized arguments, as a worker would, so a job that works here
     works on a durable backend too. An exception from the job propagates from ``push()``. Delay and
-    max_attempts are validated and otherwise ignored. Nothing is ever waiting: ``pop()`` finds
+    max_attempts are validated and otherwise ignored, and so is priority (each job runs at its push, so
+    there is nothing to order: ``supports_priority`` is True, as on Django's ImmediateBackend). Nothing
+    is ever waiting: ``pop()`` finds
     nothing, ``size()`` and ``clear()`` are 0, and a settlement names no live delivery.
     """
 
     backend_name = "sync"
     settings_schema = OPTIONS
     runs_inline = True
+    supports_priority = True
 
     def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
         job = deserialize_job(envelope.job_class, envelope.args)

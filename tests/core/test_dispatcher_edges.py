@@ -5,6 +5,7 @@ busy, and the prefetch bookkeeping of a worker without prefetch. No assertion he
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -224,3 +225,46 @@ def test_without_prefetch_a_worker_keeps_no_record_of_finished_jobs(
     assert worker.processed == 6
     assert recorded == [0]
     assert set(limits) == {1}
+
+
+@dataclass
+class RecordsWhatIsHeld(Job):
+    """Records, from inside its attempt, which jobs of its queue are still stored and which reserved."""
+
+    label: str
+
+    def handle(self, context: JobContext) -> None:
+        with db_connections["default"].cursor() as cursor:
+            cursor.execute(
+                "SELECT job_id, reserved_token IS NOT NULL FROM kinetis_queue_jobs WHERE queue = %s", [context.queue]
+            )
+            HELD.update({job_id: bool(reserved) for job_id, reserved in cursor.fetchall()})
+
+
+#: What RecordsWhatIsHeld saw: job id -> reserved.
+HELD: dict[str, bool] = {}
+
+
+def test_a_redelivery_starts_only_after_the_acks_are_sent_and_the_prefetch_given_back(
+    queue: Queue, queue_name: str
+) -> None:
+    """A redelivery may kill its worker (a poison pill): when it starts, the success before it is acked
+    and the delivery reserved ahead of it is back in the queue (same attempt), so the crash costs neither."""
+    HELD.clear()
+    done_id, pill_id, ahead_id = queue.push_many(
+        [cj.Started("done"), RecordsWhatIsHeld("pill"), cj.Started("ahead")], queue=queue_name
+    )
+    done, pill, ahead = queue.pop_many(0, [queue_name], 3).jobs
+    assert [done.id, pill.id, ahead.id] == [done_id, pill_id, ahead_id]
+    worker = Worker(queue, recorder=None)
+    loop = Dispatcher(worker, worker._runner, 1, 4)
+    try:
+        loop.acks.add(done, lambda refused: None)  # as after its success: the ack deferred
+        loop._waiting.append((ahead, 0.0))  # reserved ahead, waiting for the slot
+        loop._dispatch(dataclasses.replace(pill, attempts=2))
+    finally:
+        loop.acks.close()
+        worker.close()
+    assert HELD == {pill_id: True, ahead_id: False}  # done acked, ahead given back, only the pill held
+    given_back = queue.pop(0, [queue_name])
+    assert given_back is not None and (given_back.id, given_back.attempts) == (ahead_id, 1)

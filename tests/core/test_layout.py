@@ -38,6 +38,7 @@ CONTRACT = {
     "kinetis_queue.limits": "concurrency limits: the decorator, the slot key and the store interface",
     "kinetis_queue.outbox": "the transactional outbox: what Queue.send() asks of a connection's outbox",
     "kinetis_queue.hooks": "what the Django glue plugs into a worker around each delivery (pausing, cancelling)",
+    "kinetis_queue.priority": "job priority within a queue: its range and where the envelope carries it",
 }
 
 #: Type-only imports a contract module may make (the records its display functions take; the JobReport a

@@ -77,7 +77,7 @@ def test_the_backend_declares_what_it_supports_and_checks_its_connection_lazily(
     backend = task_backends["default"]
     assert isinstance(backend, KinetisTaskBackend)
     assert backend.supports_defer and backend.supports_get_result
-    assert backend.supports_async_task and not backend.supports_priority
+    assert backend.supports_async_task and backend.supports_priority  # its connection (SQL) orders by priority
     # __init__ touches nothing: a bad connection surfaces in the system check, naming the key.
     unbuilt = KinetisTaskBackend("other", {"OPTIONS": {"CONNECTION": "nosuch"}})
     assert [e.id for e in unbuilt.check()] == ["kinetis_queue.E101"]
@@ -173,7 +173,7 @@ def test_validation_adds_our_rules() -> None:
     with pytest.raises(InvalidTask, match="Queue name"):
         task_defs.add.using(queue_name="bad.name")
     with pytest.raises(InvalidTask, match="priority"):
-        task_defs.add.using(priority=5)
+        task_defs.add.using(priority=101)
 
 
 def not_discovered() -> None:

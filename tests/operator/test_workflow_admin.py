@@ -170,8 +170,11 @@ def test_the_list_shows_top_level_workflows_with_their_progress(queue_name: str)
 
 def test_the_list_is_newest_first_and_searches_the_id_only(queue_name: str) -> None:
     first, second = running_chain(queue_name), running_chain(queue_name)
-    older = Workflow.objects.get(pk=second.id).created_at.replace(year=2000)
-    Workflow.objects.filter(pk=first.id).update(created_at=older)
+    # Both dated after anything else in the database, so both are on the list's first page whatever other
+    # tests left (a page holds 100), the first one older than the second.
+    newest = Workflow.objects.get(pk=second.id).created_at.replace(year=2999)
+    Workflow.objects.filter(pk=second.id).update(created_at=newest)
+    Workflow.objects.filter(pk=first.id).update(created_at=newest.replace(year=2998))
     client = client_for("view_only")
     body = client.get(changelist_url()).content.decode()
     assert body.index(second.id) < body.index(first.id)

@@ -6,7 +6,11 @@ plain ``ORDER BY id LIMIT 1`` scans and sorts every ready row. The PostgreSQL te
 situation in a temporary table that shadows the jobs table on the worker's own connection
 (autovacuum never analyzes a temporary table, so the statistics stay stale), checks that the old
 shape does get the bad plan there, and that the claim on that connection does not. MariaDB and
-SQLite: their per-queue SELECTs use the (queue, id) index and sort nothing.
+SQLite: their per-queue SELECTs use the claim index and sort nothing.
+
+Issue 19 ordered each queue by priority (highest first), then id: the index became (queue, priority
+DESC, id), and the claim's ORDER BY its order. The same checks hold for that order, and on a burst of
+mixed priorities the claim reserves the highest first with neither a sort nor a scan.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import pytest
 from django.db import connections as db_connections
 
 from kinetis_queue.backends.sql import SqlQueue
-from kinetis_queue.backends.sql.claim import LOCKING_SELECT, postgresql_claim
+from kinetis_queue.backends.sql.claim import LOCKING_SELECT, ORDER, SQLITE_PART, postgresql_claim
 
 #: The claim before issue 14: one queue, ORDER BY id LIMIT 1 (the regression's query shape).
 OLD_CLAIM = (
@@ -28,8 +32,10 @@ OLD_CLAIM = (
 )
 INSERT = (
     "INSERT INTO kinetis_queue_jobs (job_id, queue, job_class, args, metadata, attempts, pushed_at, "
-    "available_at, reserved_at, reserved_token) "
+    "available_at, reserved_at, reserved_token, priority) "
 )
+#: The claim's index (models.QueuedJobRecord).
+INDEX = "kinetis_queue_jobs_claim"
 
 
 @pytest.fixture
@@ -42,15 +48,16 @@ def stale_postgres() -> Iterator[SqlQueue]:
         with db.cursor() as cursor:
             cursor.execute("CREATE TEMP TABLE kinetis_queue_jobs (LIKE public.kinetis_queue_jobs INCLUDING ALL)")
             cursor.execute(
-                INSERT + "SELECT md5(g::text), 'burst', 'tests.jobs.Noop', '{}', '{}', 0, %s, %s, %s + g, md5(g::text) "
-                "FROM generate_series(1, 3) g",
+                INSERT + "SELECT md5(g::text), 'burst', 'tests.jobs.Noop', '{}', '{}', 0, %s, %s, %s + g, "
+                "md5(g::text), 0 FROM generate_series(1, 3) g",
                 [now - 60, now - 60, now - 30],  # three live reservations, taken a moment ago
             )
             cursor.execute("ANALYZE pg_temp.kinetis_queue_jobs")
             cursor.execute("DELETE FROM pg_temp.kinetis_queue_jobs")
             cursor.execute(
-                INSERT + "SELECT md5((g + 10)::text), 'burst', 'tests.jobs.Noop', '{}', '{}', 0, %s, %s, NULL, NULL "
-                "FROM generate_series(1, 5000) g",
+                # Mixed priorities: every seventh job at 5, every eleventh at -5, the rest at 0.
+                INSERT + "SELECT md5((g + 10)::text), 'burst', 'tests.jobs.Noop', '{}', '{}', 0, %s, %s, NULL, NULL, "
+                "CASE WHEN g %% 7 = 0 THEN 5 WHEN g %% 11 = 0 THEN -5 ELSE 0 END FROM generate_series(1, 5000) g",
                 [now, now],
             )
         yield queue
@@ -92,8 +99,15 @@ def test_postgresql_claim_uses_the_queue_index_with_stale_statistics(
 
 
 def test_postgresql_claim_on_the_stale_table_reserves_in_order(stale_postgres: SqlQueue) -> None:
+    """The highest priority first (the burst's jobs at 5), each priority in id order."""
+    db = stale_postgres._worker_db()
+    with db.cursor() as cursor:
+        cursor.execute("SELECT id FROM pg_temp.kinetis_queue_jobs WHERE priority = 5 ORDER BY id LIMIT 3")
+        expected = [row[0] for row in cursor.fetchall()]
+
     reserved = stale_postgres.pop_many(5, ["burst"], 3)
-    assert [job.handle.row_id for job in reserved.jobs] == sorted(job.handle.row_id for job in reserved.jobs)
+
+    assert [job.handle.row_id for job in reserved.jobs] == expected
     assert len(reserved.jobs) == 3
 
 
@@ -105,21 +119,19 @@ def test_mariadb_locking_select_reads_the_queue_index_without_a_filesort(queue_n
         cursor.execute("EXPLAIN " + LOCKING_SELECT, [queue_name, now, now - 300, 32])
         columns = [column[0] for column in cursor.description]
         rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
-    assert [row["key"] for row in rows] == ["kinetis_queue_jobs_queue"], rows
+    assert [row["key"] for row in rows] == [INDEX], rows
     assert "filesort" not in (rows[0]["Extra"] or ""), rows
+    assert f"ORDER BY {ORDER} LIMIT" in LOCKING_SELECT
 
 
 def test_sqlite_claim_reads_the_queue_index_without_a_temporary_sort(queue_name: str) -> None:
     now = time.time()
-    part = (
-        "SELECT id FROM (SELECT id FROM kinetis_queue_jobs WHERE queue = %s AND available_at <= %s "
-        "AND (reserved_at IS NULL OR reserved_at <= %s) ORDER BY id LIMIT %s)"
-    )
+    part = f"SELECT id FROM ({SQLITE_PART})"
     with db_connections["default"].cursor() as cursor:
         cursor.execute(
             f"EXPLAIN QUERY PLAN {part} UNION ALL {part}",
             [queue_name, now, now, 32, queue_name + "-lo", now, now, 32],
         )
         plan = " | ".join(str(row[-1]) for row in cursor.fetchall())
-    assert "USING INDEX kinetis_queue_jobs_queue" in plan, plan
+    assert f"USING INDEX {INDEX}" in plan, plan
     assert "TEMP B-TREE" not in plan, plan

@@ -38,6 +38,14 @@ class Backend:
     #: server, say). Its value's ``prepare(queue)`` runs on the built queue, and tests/support/helpers.py's
     #: ``rewrite_stored_job`` calls its ``rewrite_stored_job(job_id, job_class, args)``.
     setup: str | None = None
+    #: Issue 19, docs/priority.md: the store orders jobs within a queue by priority (SQL: an indexed
+    #: column; Redis: a sorted set). False for SQS and RabbitMQ, which refuse a priority other than 0.
+    orders_by_priority: bool = False
+
+    @property
+    def refuses_priority(self) -> bool:
+        """A store of jobs that cannot order them by priority: a push with one is refused (docs/priority.md)."""
+        return self.stores_jobs and not self.orders_by_priority
 
     @property
     def recovers_by_timeout(self) -> bool:
@@ -48,11 +56,13 @@ class Backend:
 
 BACKENDS = [
     Backend("sync", "sync", stores_jobs=False, fenced=False, atomic_reserve=False, recovers_by="none"),
-    Backend("sql-sqlite", "sqlite", database="default"),
-    Backend("sql-postgres", "postgres", service="PostgreSQL at 127.0.0.1:5432", database="postgres"),
-    Backend("sql-mariadb", "mariadb", service="MariaDB at 127.0.0.1:3306", database="mariadb"),
+    Backend("sql-sqlite", "sqlite", database="default", orders_by_priority=True),
+    Backend(
+        "sql-postgres", "postgres", service="PostgreSQL at 127.0.0.1:5432", database="postgres", orders_by_priority=True
+    ),
+    Backend("sql-mariadb", "mariadb", service="MariaDB at 127.0.0.1:3306", database="mariadb", orders_by_priority=True),
     # Spec: leases expire by Redis TIME (recovered by timeout); settlements fenced on the leased envelope.
-    Backend("redis", "redis", service="Redis at 127.0.0.1:6379"),
+    Backend("redis", "redis", service="Redis at 127.0.0.1:6379", orders_by_priority=True),
     # Spec, SQS: no fence (SQS answers a stale receipt handle itself), a best-effort visibility timeout,
     # not a ClearableQueue. The sqs_queues fixture starts moto's server and creates each test's queues.
     Backend(

@@ -6,24 +6,29 @@
 -- made another type) keeps what was written before it.
 --
 -- An immediate envelope goes to the head of its queue's pending list (reserve takes the tail), in
--- the order given, so the batch pops in that order behind the jobs already waiting; a delayed one
--- goes to the delayed set scored by its ready-at time.
+-- the order given, so the batch pops in that order behind the jobs already waiting (one with a
+-- priority: at the back of its priority in the prioritized set, priority.lua); a delayed one goes to
+-- the delayed set scored by its ready-at time (its envelope carries its priority to its promotion).
+-- RedisQueue._push sends a single immediate job with a priority here too.
 --
--- KEYS[1] = kinetis_queue:{queue}:pending   of the first queue (queue number 1)
+-- KEYS[1] = kinetis_queue:{queue}:pending       of the first queue (queue number 1)
 -- KEYS[2] = kinetis_queue:{queue}:delayed
--- KEYS[2q-1], KEYS[2q] = the same two keys of queue number q
--- ARGV[3i-2] = envelope i's queue number q (1 for the first queue)
--- ARGV[3i-1] = envelope i's ready-at time (epoch seconds, the pushing process's clock), "" when immediate
--- ARGV[3i]   = envelope i, its JSON
+-- KEYS[3] = kinetis_queue:{queue}:prioritized
+-- KEYS[4] = kinetis_queue:{queue}:sequence
+-- KEYS[4q-3] to KEYS[4q] = the same four keys of queue number q
+-- ARGV[4i-3] = envelope i's queue number q
+-- ARGV[4i-2] = envelope i's ready-at time (epoch seconds, the pushing process's clock), "" when immediate
+-- ARGV[4i-1] = envelope i's priority (0: none)
+-- ARGV[4i]   = envelope i, its JSON
 -- Returns the number of envelopes stored
 
 local stored = 0
-for i = 1, #ARGV, 3 do
-    local base = 2 * tonumber(ARGV[i])
+for i = 1, #ARGV, 4 do
+    local base = 4 * tonumber(ARGV[i])
     if ARGV[i + 1] == '' then
-        redis.call('LPUSH', KEYS[base - 1], ARGV[i + 2])
+        make_ready(KEYS[base - 3], KEYS[base - 1], KEYS[base], ARGV[i + 3], ARGV[i + 2])
     else
-        redis.call('ZADD', KEYS[base], ARGV[i + 1], ARGV[i + 2])
+        redis.call('ZADD', KEYS[base - 2], ARGV[i + 1], ARGV[i + 3])
     end
     stored = stored + 1
 end

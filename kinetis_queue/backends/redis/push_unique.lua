@@ -12,17 +12,23 @@
 -- id is swapped in place. A holder already reserved is not waiting: the newest push becomes a new job
 -- and the new holder (the newest push always runs once).
 --
+-- A job with a priority waits in the queue's prioritized set (priority.lua); a debounced holder is
+-- looked for there too.
+--
 -- KEYS[1] = {prefix}kinetis_queue:unique:{lock key}
 -- KEYS[2] = the queue's pending list
 -- KEYS[3] = the queue's delayed set
+-- KEYS[4] = the queue's prioritized set
+-- KEYS[5] = the queue's sequence key
 -- ARGV[1] = the job id, ARGV[2] = the envelope (JSON), ARGV[3] = its ready-at time ("" when immediate),
--- ARGV[4] = the lock's lifetime in milliseconds, ARGV[5] = "1" to debounce, else "0"
+-- ARGV[4] = the lock's lifetime in milliseconds, ARGV[5] = "1" to debounce, else "0",
+-- ARGV[6] = the job's priority (0: none)
 -- Returns {id, outcome}: outcome "pushed" (a new job holds the key), "held" (nothing written) or
 -- "replaced" (the waiting holder now carries the newest push)
 
 local function store(member)
     if ARGV[3] == '' then
-        redis.call('LPUSH', KEYS[2], member)
+        make_ready(KEYS[2], KEYS[4], KEYS[5], member, ARGV[6])
     else
         redis.call('ZADD', KEYS[3], ARGV[3], member)
     end
@@ -34,6 +40,9 @@ if holder[1] then
         return {holder[1], 'held'}
     end
     local removed = redis.call('ZREM', KEYS[3], holder[2])
+    if removed == 0 then
+        removed = redis.call('ZREM', KEYS[4], holder[2])
+    end
     if removed == 0 then
         removed = redis.call('LREM', KEYS[2], 1, holder[2])
     end

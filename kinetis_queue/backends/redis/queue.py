@@ -42,8 +42,8 @@ logger = logging.getLogger("kinetis_queue.redis")
 DELAYED_PROMOTION_BATCH_SIZE = 100
 #: Most expired leases one sweep reclaims; the rest waits for the next sweep.
 LEASE_RECLAIM_BATCH_SIZE = 100
-#: The last part of each of a queue's keys (QueueKeys), which queue_names() looks for.
-KEY_KINDS = frozenset((b"pending", b"delayed", b"leased"))
+#: The last part of each of a queue's keys that holds jobs (QueueKeys, PriorityKeys), which queue_names() looks for.
+KEY_KINDS = frozenset((b"pending", b"delayed", b"leased", b"prioritized"))
 #: The shortest wait ``_wait`` blocks on the server for: Redis counts a BLMOVE timeout in whole
 #: milliseconds, and one that rounds to 0 would block for ever.
 SHORTEST_BLOCK = 0.002
@@ -75,6 +75,14 @@ class QueueKeys(NamedTuple):
     leased: str
 
 
+class PriorityKeys(NamedTuple):
+    """A queue's keys for jobs with a priority (priority.lua): ``...:prioritized`` (a sorted set of the
+    ready ones, in delivery order) and ``...:sequence`` (the counter that orders one priority)."""
+
+    prioritized: str
+    sequence: str
+
+
 class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     """Jobs in Redis: a pending list, a delayed and a leased sorted set per queue.
 
@@ -88,6 +96,12 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     Transport: a command is never re-sent; ConnectionFailedError means it was never sent,
     OutcomeUnknownError that its reply was lost (client.py). Only a standalone server is supported.
 
+    Priority (docs/priority.md): a ready job whose priority is not 0 waits in a fourth key, the queue's
+    ``prioritized`` sorted set (priority.lua), reserved before the pending list (priority above 0) or
+    after it (below 0); a job without priority takes the same path as before priorities existed.
+    A prioritized push does not wake a waiting pop (``_wait`` watches the pending lists): it is
+    found by the next sweep, within the pause (at most SWEEP_PAUSE).
+
     Batches: pop_many() reserves up to its limit per queue in one sweep.lua call, ack_many() is one
     ack_many.lua call, push_many() one push_many.lua call. Wake-up: a pop whose sweep found nothing
     blocks until a pending list it watches is not empty (``_wait``), so a push costs nothing more.
@@ -96,6 +110,7 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
 
     backend_name = "redis"
     settings_schema = OPTIONS
+    supports_priority = True
 
     def __init__(
         self,
@@ -113,6 +128,8 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         self.prefix = prefix
         self._visibility_timeout = visibility_timeout
         self._keys: dict[str, QueueKeys] = {}
+        self._priority_keys: dict[str, PriorityKeys] = {}
+        self._sweep_keys: dict[str, tuple[str, ...]] = {}
         self._locks = RedisLocks(self)
         self._slots = RedisSlots(self)
 
@@ -140,6 +157,21 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             keys = self._keys[queue] = QueueKeys(base + "pending", base + "delayed", base + "leased")
         return keys
 
+    def priority_keys(self, queue: str) -> PriorityKeys:
+        """The prioritized set and sequence key of a validated queue name."""
+        keys = self._priority_keys.get(queue)
+        if keys is None:
+            base = f"{self.prefix}kinetis_queue:{queue}:"
+            keys = self._priority_keys[queue] = PriorityKeys(base + "prioritized", base + "sequence")
+        return keys
+
+    def all_keys(self, queue: str) -> tuple[str, ...]:
+        """The five keys of a queue, as sweep.lua takes them: pending, delayed, leased, prioritized, sequence."""
+        keys = self._sweep_keys.get(queue)
+        if keys is None:
+            keys = self._sweep_keys[queue] = (*self.keys(queue), *self.priority_keys(queue))
+        return keys
+
     def dispose(self) -> None:
         self._client.close()
 
@@ -161,6 +193,9 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         if delay > 0:
             # Contract, "Delayed jobs": scored with the pushing process's clock.
             self._client.execute("ZADD", keys.delayed, envelope.pushed_at + delay, envelope.to_json())
+        elif envelope.metadata and envelope.priority:
+            args = (1, "", envelope.priority, envelope.to_json())
+            self._client.script(scripts.PUSH_MANY, (*keys[:2], *self.priority_keys(queue)), args)
         else:
             self._client.execute("LPUSH", keys.pending, envelope.to_json())
 
@@ -170,7 +205,7 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         first = prepared[0]
         if all(item.queue == first.queue for item in prepared):
             own = self.keys(first.queue)
-            if all(item.delay <= 0 for item in prepared):
+            if all(item.delay <= 0 and not item.envelope.priority for item in prepared):
                 # LPUSH a b c leaves c at the head: a, the first given, is the first reserved.
                 self._client.execute("LPUSH", own.pending, *(item.envelope.to_json() for item in prepared))
                 return
@@ -185,9 +220,9 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             number = numbers.get(item.queue)
             if number is None:
                 number = numbers[item.queue] = len(numbers) + 1
-                keys += self.keys(item.queue)[:2]
+                keys += (*self.keys(item.queue)[:2], *self.priority_keys(item.queue))
             ready_at: float | str = item.envelope.pushed_at + item.delay if item.delay > 0 else ""
-            args += (number, ready_at, item.envelope.to_json())
+            args += (number, ready_at, item.envelope.priority, item.envelope.to_json())
         self._client.script(scripts.PUSH_MANY, keys, args)
 
     def store_many(self, prepared: Sequence[PreparedPush]) -> None:
@@ -204,11 +239,11 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             number = numbers.get(item.queue)
             if number is None:
                 number = numbers[item.queue] = len(numbers) + 1
-                queue_keys += self.keys(item.queue)[:2]
+                queue_keys += (*self.keys(item.queue)[:2], *self.priority_keys(item.queue))
             envelope = item.envelope
             markers.append(f"{self.prefix}kinetis_queue:relayed:{envelope.id}:{envelope.pushed_at!r}")
             ready_at: float | str = now + item.delay if item.delay > 0 else ""  # what is left of it, from now
-            args += (number, ready_at, envelope.to_json())
+            args += (number, ready_at, envelope.priority, envelope.to_json())
         self._client.script(scripts.RELAY_PUSH, [*queue_keys, *markers], [len(queue_keys), RELAY_DEDUPE_FOR, *args])
 
     def _sweep(self, queues: tuple[str, ...]) -> QueuedJob | None:
@@ -236,14 +271,15 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         """One queue's part of a sweep: promote, reclaim, reserve up to ``limit`` (sweep.lua, then
         reclaim.lua and sweep.lua again if leases had expired); malformed ones removed and reported."""
         keys = self.keys(queue)
+        sweep_keys = self.all_keys(queue)
         sweep_args = (time.time(), self._visibility_timeout)
         batches = (DELAYED_PROMOTION_BATCH_SIZE, LEASE_RECLAIM_BATCH_SIZE)
-        reserved, *expired = self._client.script(scripts.SWEEP, keys, (*sweep_args, *batches, limit))
+        reserved, *expired = self._client.script(scripts.SWEEP, sweep_keys, (*sweep_args, *batches, limit))
         if expired and self._reclaim(queue, keys, expired) and len(reserved) < limit:
             # What was just reclaimed is on the pending tail, reserved next as successive pops
             # would (sweep.lua reserved one at most): reserve now, without a second promotion or
             # reclaim round (at most one batch of each per sweep).
-            more, *_ = self._client.script(scripts.SWEEP, keys, (*sweep_args, 0, 0, limit - len(reserved)))
+            more, *_ = self._client.script(scripts.SWEEP, sweep_keys, (*sweep_args, 0, 0, limit - len(reserved)))
             reserved += more
         jobs: list[QueuedJob] = []
         malformed: list[MalformedJobSettledError] = []
@@ -263,16 +299,18 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
 
     def _reclaim(self, queue: str, keys: QueueKeys, expired: Sequence[bytes]) -> int:
         """Return expired leases to pending with attempts + 1; remove those that no longer decode."""
-        pairs: list[bytes | str] = []
+        triples: list[bytes | str | int] = []
         for member in expired:
             try:
                 envelope = decode_envelope(member)
             except MalformedQueuedJobDataError:
-                replacement = ""  # reclaim.lua removes it (contract: "Backend mechanisms: Redis")
+                replacement, priority = "", 0  # reclaim.lua removes it (contract: "Backend mechanisms: Redis")
             else:
-                replacement = _next_attempt(envelope)
-            pairs += (member, replacement)
-        reclaimed, removed = self._client.script(scripts.RECLAIM, (keys.leased, keys.pending), pairs)
+                replacement, priority = _next_attempt(envelope), envelope.priority
+            triples += (member, replacement, priority)
+        reclaimed, removed = self._client.script(
+            scripts.RECLAIM, (keys.leased, keys.pending, *self.priority_keys(queue)), triples
+        )
         if removed:
             logger.warning("Removed %d expired lease(s) on queue %r whose job data was malformed", removed, queue)
         return int(reclaimed)
@@ -309,7 +347,9 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         keys = self.keys(job.queue)
         ready_at: float | str = time.time() + delay if delay > 0 else ""
         given_back = self._client.script(
-            scripts.UNRESERVE, (keys.leased, keys.pending, keys.delayed), (member, ready_at)
+            scripts.UNRESERVE,
+            (keys.leased, keys.pending, keys.delayed, *self.priority_keys(job.queue)),
+            (member, ready_at, job.priority),
         )
         if given_back != 1:
             raise StaleJobHandleError(JobSettlement.UNRESERVE)
@@ -331,7 +371,9 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         ready_at: float | str = time.time() + delay if delay > 0 else ""
         keys = self.keys(job.queue)
         released = self._client.script(
-            scripts.RELEASE, (keys.leased, keys.pending, keys.delayed), (member, replacement, ready_at)
+            scripts.RELEASE,
+            (keys.leased, keys.pending, keys.delayed, *self.priority_keys(job.queue)),
+            (member, replacement, ready_at, envelope.priority),
         )
         if released != 1:
             raise StaleJobHandleError(JobSettlement.RELEASE)
@@ -369,18 +411,20 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         self._client.script(scripts.RENEW, (self.keys(job.queue).leased,), (member, self._visibility_timeout))
 
     def _size(self, queue: str) -> int:
-        return int(self._client.script(scripts.SIZE, self.keys(queue), ()))
+        return int(self._client.script(scripts.SIZE, (*self.keys(queue), self.priority_keys(queue).prioritized), ()))
 
     def _clear(self, queue: str) -> int:
         keys = self.keys(queue)
-        return int(self._client.script(scripts.CLEAR, (keys.pending, keys.delayed), ()))
+        return int(self._client.script(scripts.CLEAR, (keys.pending, keys.delayed, *self.priority_keys(queue)), ()))
 
     # -- the operator's side ----------------------------------------------------------------------
 
     def _stats(self, queue: str) -> QueueStats:
         # stats.lua reads the three keys at one instant: a due delayed job and an expired lease are
         # ready (the next sweep promotes or reclaims them), so ready + delayed == size().
-        counts = self._client.script(scripts.STATS, self.keys(queue), (time.time(),))
+        counts = self._client.script(
+            scripts.STATS, (*self.keys(queue), self.priority_keys(queue).prioritized), (time.time(),)
+        )
         ready, delayed, reserved = (int(n) for n in counts)
         return QueueStats(waiting=ready + delayed, ready=ready, delayed=delayed, reserved=reserved)
 

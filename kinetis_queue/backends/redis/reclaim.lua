@@ -8,21 +8,29 @@
 -- replacement removes the old envelope only: it no longer decodes, and is removed as malformed
 -- rather than found again by every sweep.
 --
+-- A job with a priority goes to the front of its priority in the prioritized set (priority.lua).
+--
 -- KEYS[1] = kinetis_queue:{queue}:leased
 -- KEYS[2] = kinetis_queue:{queue}:pending
--- ARGV[2n-1] = an expired leased envelope, exactly as stored
--- ARGV[2n]   = its replacement, or "" to remove it as malformed
+-- KEYS[3] = kinetis_queue:{queue}:prioritized
+-- KEYS[4] = kinetis_queue:{queue}:sequence
+-- ARGV[3n-2] = an expired leased envelope, exactly as stored
+-- ARGV[3n-1] = its replacement, or "" to remove it as malformed
+-- ARGV[3n]   = the job's priority (0: none)
 -- Returns { envelopes reclaimed, malformed envelopes removed }
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 
 local reclaimed, removed = 0, 0
-for i = 1, #ARGV, 2 do
+for i = 1, #ARGV, 3 do
     local expiry = redis.call('ZSCORE', KEYS[1], ARGV[i])
     if expiry and tonumber(expiry) <= now then
         if ARGV[i + 1] == '' then
             removed = removed + 1
+        elseif tonumber(ARGV[i + 2]) ~= 0 then
+            redis.call('ZADD', KEYS[3], priority_score(KEYS[4], ARGV[i + 2], true), ARGV[i + 1])
+            reclaimed = reclaimed + 1
         else
             redis.call('RPUSH', KEYS[2], ARGV[i + 1])
             reclaimed = reclaimed + 1

@@ -5,26 +5,29 @@
 -- {id}:{pushedAt}, set with SET NX and an expiry: an envelope whose marker is already set was stored by
 -- an earlier send and is skipped. The marker names the push itself (a snoozed job's replacement has
 -- the same id but a new pushedAt), so only a resend is recognised. Otherwise as push_many.lua: an
--- immediate envelope goes to the head of its queue's pending list, a delayed one to its delayed set.
+-- immediate envelope goes to the head of its queue's pending list (one with a priority to its
+-- queue's prioritized set, priority.lua), a delayed one to its delayed set.
 --
--- KEYS[1] = kinetis_queue:{queue}:pending   of the first queue (queue number 1), KEYS[2] its delayed set
--- KEYS[2q-1], KEYS[2q] = the pending list and delayed set of queue number q (1 to Q)
--- KEYS[2Q + i]         = envelope i's marker key
--- ARGV[1] = 2Q (how many queue keys come first), ARGV[2] = the markers' expiry in seconds
--- ARGV[3i], ARGV[3i+1], ARGV[3i+2] = envelope i's queue number, ready-at time ("" when immediate), JSON
+-- KEYS[1] = kinetis_queue:{queue}:pending   of the first queue (queue number 1), KEYS[2] its delayed
+--     set, KEYS[3] its prioritized set, KEYS[4] its sequence key
+-- KEYS[4q-3] to KEYS[4q] = the same four keys of queue number q (1 to Q)
+-- KEYS[4Q + i]         = envelope i's marker key
+-- ARGV[1] = 4Q (how many queue keys come first), ARGV[2] = the markers' expiry in seconds
+-- ARGV[4i-1], ARGV[4i], ARGV[4i+1], ARGV[4i+2] = envelope i's queue number, ready-at time ("" when
+--     immediate), priority (0: none), JSON
 -- Returns how many envelopes were stored (the others had been already)
 
 local queue_keys = tonumber(ARGV[1])
 local stored = 0
 local i = 0
-for a = 3, #ARGV, 3 do
+for a = 3, #ARGV, 4 do
     i = i + 1
     if redis.call('SET', KEYS[queue_keys + i], '1', 'NX', 'EX', ARGV[2]) then
-        local base = 2 * tonumber(ARGV[a])
+        local base = 4 * tonumber(ARGV[a])
         if ARGV[a + 1] == '' then
-            redis.call('LPUSH', KEYS[base - 1], ARGV[a + 2])
+            make_ready(KEYS[base - 3], KEYS[base - 1], KEYS[base], ARGV[a + 3], ARGV[a + 2])
         else
-            redis.call('ZADD', KEYS[base], ARGV[a + 1], ARGV[a + 2])
+            redis.call('ZADD', KEYS[base - 2], ARGV[a + 1], ARGV[a + 3])
         end
         stored = stored + 1
     end

@@ -1,7 +1,8 @@
 """The Lua scripts, one ``.lua`` file per operation beside this module, read once at import.
 
 Each script is sent by its SHA1 (``EVALSHA``); the server loads it on first use (or after a restart
-or ``SCRIPT FLUSH``), when it answers ``NOSCRIPT`` (see client.RedisClient.script).
+or ``SCRIPT FLUSH``), when it answers ``NOSCRIPT`` (see client.RedisClient.script). A script that
+stores a job starts with priority.lua's shared functions (job priority, kinetis_queue.priority).
 """
 
 from __future__ import annotations
@@ -20,23 +21,28 @@ class Script:
     sha: str
 
 
-def _load(name: str) -> Script:
-    text = resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+
+
+def _load(name: str, *, prioritized: bool = False) -> Script:
+    """``name``.lua, after priority.lua's functions when it stores jobs (``prioritized``)."""
+    text = (_read("priority") if prioritized else "") + _read(name)
     return Script(name, text, hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest())
 
 
-PUSH_MANY = _load("push_many")
-SWEEP = _load("sweep")
+PUSH_MANY = _load("push_many", prioritized=True)
+SWEEP = _load("sweep", prioritized=True)
 ACK_MANY = _load("ack_many")
-UNRESERVE = _load("unreserve")
-RECLAIM = _load("reclaim")
-RELEASE = _load("release")
+UNRESERVE = _load("unreserve", prioritized=True)
+RECLAIM = _load("reclaim", prioritized=True)
+RELEASE = _load("release", prioritized=True)
 RENEW = _load("renew")
 SIZE = _load("size")
 STATS = _load("stats")
 CLEAR = _load("clear")
-PUSH_UNIQUE = _load("push_unique")
+PUSH_UNIQUE = _load("push_unique", prioritized=True)
 RELEASE_UNIQUE = _load("release_unique")
 ACQUIRE_SLOT = _load("acquire_slot")
 RENEW_SLOT = _load("renew_slot")
-RELAY_PUSH = _load("relay_push")
+RELAY_PUSH = _load("relay_push", prioritized=True)

@@ -39,9 +39,12 @@ class RedisLocks(LockStore):
         keys = self.queue.keys(prepared.queue)
         # Contract, "Delayed jobs": scored with the pushing process's clock (as RedisQueue._push).
         ready_at: float | str = prepared.envelope.pushed_at + prepared.delay if prepared.delay > 0 else ""
-        args = (prepared.id, member, ready_at, max(1, round(lock.seconds * 1000)), "1" if lock.debounce else "0")
+        lifetime = max(1, round(lock.seconds * 1000))
+        args = (prepared.id, member, ready_at, lifetime, "1" if lock.debounce else "0", prepared.envelope.priority)
         job_id, outcome = self.queue._client.script(
-            scripts.PUSH_UNIQUE, (self.key(lock.key), keys.pending, keys.delayed), args
+            scripts.PUSH_UNIQUE,
+            (self.key(lock.key), keys.pending, keys.delayed, *self.queue.priority_keys(prepared.queue)),
+            args,
         )
         holder: str = job_id.decode("ascii")
         if outcome == b"held" and lock.raise_duplicate:

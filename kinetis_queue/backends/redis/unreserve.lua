@@ -8,17 +8,24 @@
 -- its concurrency limit) into the delayed set, scored by its ready-at time. It is added there before
 -- its lease is removed, so a failing key cannot destroy the only copy.
 --
+-- A job with a priority goes back to the front of its priority in the prioritized set (priority.lua).
+--
 -- KEYS[1] = kinetis_queue:{queue}:leased
 -- KEYS[2] = kinetis_queue:{queue}:pending
 -- KEYS[3] = kinetis_queue:{queue}:delayed
+-- KEYS[4] = kinetis_queue:{queue}:prioritized
+-- KEYS[5] = kinetis_queue:{queue}:sequence
 -- ARGV[1] = the leased envelope, exactly as stored (the handle)
 -- ARGV[2] = the ready-at time (epoch seconds, the caller's clock), "" to give it back at once
+-- ARGV[3] = the job's priority (0: none)
 -- Returns 1 when given back, 0 when the handle is stale
 
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
     return 0
 end
-if ARGV[2] == '' then
+if ARGV[2] == '' and tonumber(ARGV[3]) ~= 0 then
+    redis.call('ZADD', KEYS[4], priority_score(KEYS[5], ARGV[3], true), ARGV[1])
+elseif ARGV[2] == '' then
     redis.call('RPUSH', KEYS[2], ARGV[1])
 else
     redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])

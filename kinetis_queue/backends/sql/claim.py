@@ -5,8 +5,9 @@ Each sweep is one reservation of up to ``limit`` rows (contract: "Backend mechan
 - A row is claimable when it is on one of the requested queues, its ``available_at`` has passed
   (delayed push and delayed release write the same column), and it is either unreserved or
   reserved longer ago than the visibility timeout (its worker stopped renewing).
-- Priority is list order, then ``id`` (FIFO): every queue is read through the ``(queue, id)`` index
-  on its own, in priority order, so a claim never sorts the ready rows (see "Plan stability").
+- Order is list order, then within a queue the job's ``priority`` (highest first), then ``id``
+  (FIFO): every queue is read through the ``(queue, priority DESC, id)`` index on its own, in list
+  order, so a claim never sorts the ready rows (see "Plan stability").
 - The claim writes ``reserved_at`` and a fresh random ``reserved_token`` per row (128 bits, so
   a token names one reservation of one row: the batched fences in queue.py rely on it), and adds
   one to ``attempts`` when the row was an expired reservation: that lost delivery counts as an
@@ -17,7 +18,7 @@ rows under SKIP LOCKED until ``limit`` are found, and the UPDATE writes exactly 
 one round trip and one commit whatever ``limit`` is. MySQL 8 / MariaDB 10.6+ have SKIP LOCKED but
 no ``UPDATE ... RETURNING``, so they lock with ``SELECT ... FOR UPDATE SKIP LOCKED`` (one per queue
 in priority order, until ``limit`` rows are held) and write them all with one ``UPDATE`` by primary
-key in the same transaction. Ordered by the ``(queue, id)`` index, a locking SELECT locks the rows
+key in the same transaction. Ordered by the ``(queue, priority DESC, id)`` index, a locking SELECT locks the rows
 it returns; ordered by an expression, it would be a filesort, for which InnoDB locks every matching
 row it reads, so a concurrent claim skipped them all (tests/faults/test_races.py G2). SQLite has no
 row locks: its writers are serialized, so one guarded ``UPDATE ... RETURNING`` whose WHERE repeats
@@ -27,9 +28,9 @@ Plan stability (PostgreSQL): the queue table's statistics are usually stale (ana
 empty, then a burst of jobs arrives), and a planner that believes few rows are ready scans and sorts
 every ready row for each claim (2.7 ms instead of 0.12 ms at 5,000 ready rows; issue 14). Two things
 keep the claim on its index whatever the statistics say: the query shape (each queue's rows read in
-``id`` order from the ``(queue, id)`` index, the queue name a parameter of the LATERAL subquery, so
-the ORDER BY matches the index) and the worker's own connection, which runs only this module's and
-queue.py's statements, all meant for an index, with sequential and bitmap scans disabled
+``priority DESC, id`` order from the ``(queue, priority DESC, id)`` index, the queue name a parameter
+of the LATERAL subquery, so the ORDER BY matches the index) and the worker's own connection, which
+runs only this module's and queue.py's statements, all meant for an index, with sequential and bitmap scans disabled
 (queue.py ``WORKER_SESSION``). tests/specific/test_sql_plan.py shows the plans.
 
 Times are epoch seconds from this process's clock, not the database's (contract: clock skew
@@ -43,8 +44,13 @@ from typing import Any, Final
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+#: Each queue's claimable rows in delivery order: the claim index's order (models.QueuedJobRecord).
+ORDER = "priority DESC, id"
+
 #: What a claim reads back: enough to build the QueuedJob without a second query (plus the token).
 COLUMNS = "id, job_id, queue, job_class, args, metadata, attempts, max_attempts, pushed_at"
+#: What the claims on PostgreSQL and SQLite read back after the token, to put RETURNING's rows in order.
+SORT_COLUMN = "priority"
 
 #: A row is claimable: due, and unreserved or past its visibility timeout.
 CLAIMABLE = "available_at <= %s AND (reserved_at IS NULL OR reserved_at <= %s)"
@@ -56,7 +62,7 @@ NEXT_ATTEMPTS = "attempts + CASE WHEN reserved_token IS NULL THEN 0 ELSE 1 END"
 MAX_CLAIM: Final = 500
 
 #: PostgreSQL: one statement. The ARRAY() subquery runs once (an InitPlan): the nested loop over the
-#: queue names in list order reads each queue's claimable rows from the (queue, id) index in id order,
+#: queue names in list order reads each queue's claimable rows from the claim index in ORDER,
 #: locks them under SKIP LOCKED and stops at ``limit``; the UPDATE then finds them by primary key.
 #: Every SET expression reads the row's old values, so NEXT_ATTEMPTS sees the old token.
 POSTGRESQL_CLAIM: Final = (
@@ -66,14 +72,17 @@ POSTGRESQL_CLAIM: Final = (
     "WHERE id = ANY(ARRAY("
     "SELECT picked.id FROM unnest(%s::text[]) AS wanted(name) CROSS JOIN LATERAL ("
     f"SELECT id FROM kinetis_queue_jobs WHERE queue = wanted.name AND {CLAIMABLE} "
-    "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) AS picked LIMIT %s)) "
-    f"RETURNING {COLUMNS}, reserved_token"
+    f"ORDER BY {ORDER} LIMIT %s FOR UPDATE SKIP LOCKED) AS picked LIMIT %s)) "
+    f"RETURNING {COLUMNS}, reserved_token, {SORT_COLUMN}"
 )
+
+#: SQLite: one queue's part of the guarded claim (in the order of the claim index).
+SQLITE_PART: Final = f"SELECT id FROM kinetis_queue_jobs WHERE queue = %s AND {CLAIMABLE} ORDER BY {ORDER} LIMIT %s"
 
 #: MySQL/MariaDB: the locking SELECT of one queue (run per queue in priority order).
 LOCKING_SELECT: Final = (
     f"SELECT {COLUMNS}, reserved_token FROM kinetis_queue_jobs WHERE queue = %s AND {CLAIMABLE} "
-    "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED"
+    f"ORDER BY {ORDER} LIMIT %s FOR UPDATE SKIP LOCKED"
 )
 
 
@@ -81,7 +90,7 @@ def claim_many(
     db: BaseDatabaseWrapper, queues: tuple[str, ...], limit: int, now: float, expired_before: float
 ) -> list[tuple[Any, ...]]:
     """Reserve up to ``limit`` claimable rows on ``queues``; return their COLUMNS plus the token
-    each reservation wrote, in delivery order (queue priority, then id)."""
+    each reservation wrote, in delivery order (queue list order, then priority, highest first, then id)."""
     limit = min(limit, MAX_CLAIM)
     if db.vendor == "postgresql":
         rows = _claim_one_statement(db, queues, limit, now, expired_before)
@@ -90,7 +99,7 @@ def claim_many(
     else:
         rows = _claim_guarded_update(db, queues, limit, now, expired_before)
     rank = {name: position for position, name in enumerate(queues)}
-    return sorted(rows, key=lambda row: (rank[row[2]], row[0]))  # RETURNING has no order
+    return sorted(rows, key=lambda row: (rank[row[2]], -row[-1], row[0]))  # RETURNING has no order
 
 
 def postgresql_claim(queues: tuple[str, ...], limit: int, now: float, expired_before: float) -> tuple[str, list[Any]]:
@@ -150,7 +159,7 @@ def _claim_guarded_update(
 ) -> list[tuple[Any, ...]]:
     # One index-ordered SELECT per queue, in priority order, joined by UNION ALL (which keeps the
     # order of its parts): no sort of the ready rows, as on the other databases.
-    part = f"SELECT id FROM (SELECT id FROM kinetis_queue_jobs WHERE queue = %s AND {CLAIMABLE} ORDER BY id LIMIT %s)"
+    part = f"SELECT id FROM ({SQLITE_PART})"
     parts: list[str] = []
     params: list[Any] = []
     for name in queues:
@@ -159,7 +168,7 @@ def _claim_guarded_update(
     sql = (
         "UPDATE kinetis_queue_jobs SET reserved_at = %s, reserved_token = lower(hex(randomblob(16))), "
         f"attempts = {NEXT_ATTEMPTS} WHERE id IN (SELECT id FROM ({' UNION ALL '.join(parts)}) LIMIT %s) "
-        f"AND (reserved_at IS NULL OR reserved_at <= %s) RETURNING {COLUMNS}, reserved_token"
+        f"AND (reserved_at IS NULL OR reserved_at <= %s) RETURNING {COLUMNS}, reserved_token, {SORT_COLUMN}"
     )
     with db.cursor() as cursor:
         cursor.execute(sql, [now, *params, limit, expired_before])

@@ -44,22 +44,24 @@ from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedJobSett
 JOBS_TABLE = "kinetis_queue_jobs"
 INSERT_HEAD = (
     "INSERT INTO kinetis_queue_jobs (job_id, queue, job_class, args, metadata, attempts, max_attempts, "
-    "pushed_at, available_at)"
+    "pushed_at, available_at, priority)"
 )
-INSERT = f"{INSERT_HEAD} VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+INSERT = f"{INSERT_HEAD} VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 #: One row of INSERT's VALUES: what a multi-row push repeats.
-INSERT_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-#: Most rows per multi-row INSERT (each is 9 parameters; a database's own parameter ceiling lowers it,
+INSERT_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+#: Parameters per row of INSERT.
+INSERT_PARAMS = 10
+#: Most rows per multi-row INSERT (each is INSERT_PARAMS parameters; a database's own parameter ceiling lowers it,
 #: e.g. SQLite's 999 or 32,766).
 PUSH_CHUNK = 1000
 #: PostgreSQL: the push and its wake-up in one statement (RETURNING evaluates pg_notify() for the row).
 #: A NOTIFY inside the push's transaction is delivered at commit (never for a rolled-back push), and
 #: equal notifications of one transaction are delivered once.
 PUSH_NOTIFY = f"{INSERT} RETURNING pg_notify(%s, '')"
-#: PostgreSQL: push_many()'s rows as one array per column (nine parameters whatever the batch size).
+#: PostgreSQL: push_many()'s rows as one array per column (ten parameters whatever the batch size).
 PUSH_MANY_POSTGRESQL = (
     f"{INSERT_HEAD} SELECT * FROM unnest(%s::varchar[], %s::varchar[], %s::varchar[], %s::text[], %s::text[], "
-    "%s::integer[], %s::integer[], %s::double precision[], %s::double precision[])"
+    "%s::integer[], %s::integer[], %s::double precision[], %s::double precision[], %s::smallint[])"
 )
 #: PostgreSQL: push_many()'s wake-ups, one per distinct queue of the batch, in the batch's transaction.
 NOTIFY_MANY = "SELECT pg_notify(channel, '') FROM unnest(%s::text[]) AS channel"
@@ -160,6 +162,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     """
 
     backend_name = "sql"
+    supports_priority = True
     settings_schema = OPTIONS
 
     def __init__(
@@ -304,7 +307,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
 
         Inside the caller's ``atomic(using=alias)`` block the rows are part of it (no savepoint is
         added: a failed chunk spoils the caller's transaction, as a failed push() does); outside
-        one, the chunks commit together once. On PostgreSQL the rows travel as nine arrays
+        one, the chunks commit together once. On PostgreSQL the rows travel as ten arrays
         (PUSH_MANY_POSTGRESQL, bound server-side on a cursor kept per connection, as the prepared
         push: formatting thousands of values client-side cost more than the INSERT), and one more
         statement NOTIFYs each queue's channel in the same transaction.
@@ -317,7 +320,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
                     self._push_many_arrays(db, rows, sorted({channel(item.queue) for item in prepared}))
                     return
                 ceiling = db.features.max_query_params
-                chunk = PUSH_CHUNK if ceiling is None else max(1, min(PUSH_CHUNK, ceiling // 9))
+                chunk = PUSH_CHUNK if ceiling is None else max(1, min(PUSH_CHUNK, ceiling // INSERT_PARAMS))
                 with db.cursor() as cursor:
                     for start in range(0, len(rows), chunk):
                         part = rows[start : start + chunk]
@@ -369,6 +372,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             envelope.max_attempts,
             envelope.pushed_at,
             envelope.pushed_at + delay,
+            envelope.priority,
         ]
 
     def _push_prepared(self, db: BaseDatabaseWrapper, params: list[Any]) -> None:

@@ -11,11 +11,13 @@ renewal, fencing, retries, failed jobs). Results live in the database (``TaskRes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
 import traceback
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 from django.core import checks
@@ -24,7 +26,7 @@ from django.utils import timezone
 from django.utils.crypto import get_random_string
 
 from kinetis_queue import conf, connections, registry, signals
-from kinetis_queue.contracts import Queue, QueuedJob
+from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
 from kinetis_queue.contrib.tasks.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -39,10 +41,14 @@ from kinetis_queue.contrib.tasks.compat import (
     task_finished,
     task_started,
 )
+from kinetis_queue.contrib.tasks.options import KinetisTask, validate_options
 from kinetis_queue.contrib.tasks.results import TaskResultRecord
 from kinetis_queue.dispatch import push_after_commit
 from kinetis_queue.exceptions import JobReconstructionError, KinetisQueueError
 from kinetis_queue.job import Job, JobContext, Sensitive, Snooze
+from kinetis_queue.job_timeout import TIMEOUT_KEY
+from kinetis_queue.limits import DEFAULT_DELAY, ConcurrencyLimit
+from kinetis_queue.settlement import RETRY_KEY
 from kinetis_queue.transactions import write_atomic
 from kinetis_queue.validation import MAX_QUEUE_NAME, QUEUE_NAME
 
@@ -68,19 +74,34 @@ class ResultRowMissingError(KinetisQueueError):
 class KinetisTaskBackend(BaseTaskBackend):
     """Runs ``@task`` functions through a KINETIS_QUEUE connection (``OPTIONS["CONNECTION"]``).
 
-    Priority is not supported: no store orders jobs within a queue by a number (priority across
-    queues is the worker's ``--queue`` list). ``run_after`` becomes the push delay, so it is bounded
+    Priority (``supports_priority``) is the connection's: SQL and Redis order a queue's jobs by
+    ``Task.priority`` (higher first, docs/priority.md); SQS and RabbitMQ cannot, so a task with a
+    priority other than 0 is refused there. ``run_after`` becomes the push delay, so it is bounded
     by the store's own delay ceiling (900 s on SQS). ``__init__`` does no I/O.
     """
 
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    supports_priority = False
+    #: ``@task(max_attempts=..., timeout=..., ...)``: the options of kinetis_queue.contrib.tasks.options.
+    task_class = KinetisTask
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.connection: str | None = self.options.get("CONNECTION")
+
+    @property
+    def supports_priority(self) -> bool:  # type: ignore[override]  # per connection, not per class
+        """Whether this backend's connection orders jobs by priority (Queue.supports_priority); False while
+        KINETIS_QUEUE is invalid (Django asks at every ``@task``; the error is the check's, E001)."""
+        try:
+            return self._queue().supports_priority
+        except KinetisQueueError:
+            return False
+
+    def _queue(self) -> Queue:
+        """The connection this backend pushes through (built once per process, without I/O)."""
+        return connections.queues.default() if self.connection is None else connections.queues[self.connection]
 
     def validate_task(self, task: AnyTask) -> None:
         super().validate_task(task)
@@ -95,6 +116,8 @@ class KinetisTaskBackend(BaseTaskBackend):
             raise InvalidTask(
                 f"Queue name {task.queue_name!r} is invalid: use 1 to {MAX_QUEUE_NAME} letters, digits, '-' or '_'."
             )
+        if isinstance(task, KinetisTask):
+            validate_options(task)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         try:
@@ -135,15 +158,18 @@ class KinetisTaskBackend(BaseTaskBackend):
         args, kwargs = json.loads(
             json.dumps([normalize_json(list(args)), normalize_json(dict(kwargs))], allow_nan=False)
         )
-        queue = connections.queues.default() if self.connection is None else connections.queues[self.connection]
+        queue = self._queue()
         now = timezone.now()
         result_id = get_random_string(32)
         delay = 0.0 if task.run_after is None else max(0.0, (task.run_after - now).total_seconds())
         job = RunTask(task.module_path, args, kwargs, result_id, self.alias)
         # Validate the push (queue name, delay ceiling, argument contract) before any write.
-        prepared = queue.prepare(job, delay, task.queue_name)
+        prepared = queue.prepare(
+            job, delay, task.queue_name, priority=task.priority, **_push_options(task, args, kwargs)
+        )
+        prepared = _with_attempt_rules(prepared, task)
         alias = router.db_for_write(TaskResultRecord)
-        TaskResultRecord.objects.using(alias).create(
+        record = TaskResultRecord.objects.using(alias).create(
             id=result_id,
             task_path=task.module_path,
             backend=self.alias,
@@ -154,25 +180,130 @@ class KinetisTaskBackend(BaseTaskBackend):
             enqueued_at=now,
             args=args,
             kwargs=kwargs,
+            job_id=prepared.id,
         )
+
+        def sent(job_id: str) -> None:  # a unique task whose key is held: this enqueue queued nothing
+            if job_id != prepared.id:
+                TaskResultRecord.objects.using(alias).filter(pk=result_id).delete()
+
         if transaction.get_connection(alias).in_atomic_block and not _stores_jobs_in(queue, alias):
-            push_after_commit(queue, prepared, using=alias, on_failure=lambda exc: _push_failed(result_id, exc))
+            push_after_commit(
+                queue, prepared, using=alias, on_failure=lambda exc: _push_failed(result_id, exc), on_sent=sent
+            )
         else:
+            if queue.runs_inline:  # the task runs inside this send: announce it first, as Django's ImmediateBackend
+                task_enqueued.send(type(self), task_result=_to_result(record, task))
             try:
-                queue.send(prepared)
+                sent_id = queue.send(prepared)
             except BaseException:
                 TaskResultRecord.objects.using(alias).filter(pk=result_id).delete()
                 raise
+            if sent_id != prepared.id:
+                sent(sent_id)
+                return self._holder_result(sent_id, task, alias)  # type: ignore[return-value]
+            if queue.runs_inline:
+                return _to_result(TaskResultRecord.objects.using(alias).get(pk=result_id), task)  # type: ignore[return-value]
         result = _to_result(TaskResultRecord.objects.using(alias).get(pk=result_id), task)
         task_enqueued.send(type(self), task_result=result)
         return result  # type: ignore[return-value]  # built from this very task: same _P and _R
 
+    def _holder_result(self, job_id: str, task: AnyTask, alias: str) -> AnyTaskResult:
+        """The result of the waiting task whose job ``job_id`` holds the unique key (``unique_for``)."""
+        record = TaskResultRecord.objects.using(alias).filter(job_id=job_id).first()
+        if record is None:
+            raise DuplicateTaskError(
+                f"task {task.module_path!r} is unique and its key is held by job {job_id}, whose result is gone"
+            )
+        return _to_result(record, task)
+
     def get_result(self, result_id: str) -> AnyTaskResult:
+        """The stored result; from inside a running event loop (a sync ``refresh()`` in async code, which
+        Django's API allows and its own tests do) the read runs in a thread of its own, since the ORM
+        refuses to block a loop's thread; ``aget_result()``/``arefresh()`` are the non-blocking way."""
+        if _in_event_loop():
+            return _off_loop(self._read_result, result_id)
+        return self._read_result(result_id)
+
+    def _read_result(self, result_id: str) -> AnyTaskResult:
         try:
             record = TaskResultRecord.objects.get(pk=result_id)
         except (TaskResultRecord.DoesNotExist, ValueError):
             raise TaskResultDoesNotExist(result_id) from None
         return _to_result(record, _load_task(record.task_path))
+
+
+def _in_event_loop() -> bool:
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _off_loop(read: Callable[[str], AnyTaskResult], result_id: str) -> AnyTaskResult:
+    """``read(result_id)`` in a new thread, waited for; that thread's database connections are closed after."""
+    import threading
+
+    from django.db import connections as db_connections
+
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, read(result_id)))
+        except BaseException as exc:
+            outcome.append((False, exc))
+        finally:
+            db_connections.close_all()
+
+    thread = threading.Thread(target=run, name="kinetis-queue-get-result")
+    thread.start()
+    thread.join()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+class DuplicateTaskError(KinetisQueueError):
+    """A unique task's key is held by a job whose result row no longer exists (pruned or deleted)."""
+
+
+def _push_options(task: AnyTask, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The push keywords of a KinetisTask's options: its attempt cap, and its unique key (a digest of the
+    task's path and its arguments as JSON: the same task with the same arguments is the same key, and
+    arguments of any size fit the key's length limit)."""
+    if not isinstance(task, KinetisTask):
+        return {}
+    options: dict[str, Any] = {"max_attempts": task.max_attempts}
+    if task.unique_for is not None:
+        canonical = json.dumps([task.module_path, args, kwargs], sort_keys=True, separators=(",", ":"))
+        options["unique_key"] = hashlib.sha256(canonical.encode()).hexdigest()
+        options["unique_for"] = task.unique_for
+        options["unique_until"] = task.unique_until
+    return options
+
+
+def _with_attempt_rules(prepared: PreparedPush, task: AnyTask) -> PreparedPush:
+    """``prepared`` with the task's retry rule and time limit in its envelope's metadata, where the worker
+    reads them (kinetis_queue.settlement.RETRY_KEY, kinetis_queue.job_timeout.TIMEOUT_KEY)."""
+    if not isinstance(task, KinetisTask):
+        return prepared
+    extra: dict[str, Any] = {}
+    if task.retry_delay is not None or task.backoff != "exponential":
+        rule: dict[str, Any] = {"backoff": task.backoff}
+        if task.retry_delay is not None:
+            rule["delay"] = task.retry_delay
+        extra[RETRY_KEY] = rule
+    if task.timeout is not None:
+        extra[TIMEOUT_KEY] = task.timeout
+    if not extra:
+        return prepared
+    envelope = replace(prepared.envelope, metadata={**prepared.envelope.metadata, **extra})
+    return replace(prepared, envelope=envelope)
 
 
 def _load_task(path: str) -> AnyTask:
@@ -298,6 +429,18 @@ class RunTask(Job):
         self.kwargs = kwargs
         self.result_id = result_id
         self.backend = backend
+
+    def concurrency_limit_for(self) -> ConcurrencyLimit | None:
+        """The task's ``concurrency_limit`` (read from its definition, so a deploy changing it applies to
+        waiting tasks); None when the task has none or cannot be found (its run then fails, saying why)."""
+        try:
+            task = _load_task(self.task_path)
+        except JobReconstructionError:
+            return None
+        if not isinstance(task, KinetisTask) or task.concurrency_limit is None:
+            return None
+        key = task.concurrency_key or f"django.tasks:{task.module_path}"
+        return ConcurrencyLimit(key, task.concurrency_limit, DEFAULT_DELAY)
 
     @classmethod
     def display_name(cls, args: Mapping[str, Any]) -> str:

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+import threading
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ from kinetis_queue import conf, connections, registry, tables
 from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.contracts import DisposableQueue, Queue, RenewableQueue
 from kinetis_queue.exceptions import KinetisQueueError
+from kinetis_queue.management.commands import _reload
 from kinetis_queue.management.commands._arguments import (
     connection_name,
     positive_int,
@@ -158,6 +160,12 @@ class Command(BaseCommand):
             "the sum of every child's",
         )
         parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="development: restart the worker when project code changes (Django's autoreloader, as "
+            "runserver); a change lets the running job finish first",
+        )
+        parser.add_argument(
             "--processes",
             type=positive_int,
             default=1,
@@ -173,6 +181,13 @@ class Command(BaseCommand):
         _refuse_failed_discovery()
         schedules = [] if options["no_schedule"] or options["once"] else _declared_schedules()
         verbosity: int = options["verbosity"]
+        if options["reload"] and options["processes"] > 1:
+            raise CommandError("--reload runs one worker process: leave out --processes")
+        if options["reload"] and not _reload.in_child():  # the parent: the child does the work (and metrics)
+            status = _reload.run_parent(self._say if verbosity >= 1 else lambda line: None)
+            if status != 0:
+                raise CommandError("the reloading worker ended with a non-zero status", returncode=status)
+            return
         _serve_metrics(options["metrics_port"], options["processes"])
         if options["processes"] > 1:
             self._supervise(options["processes"], verbosity)
@@ -204,6 +219,7 @@ class Command(BaseCommand):
             hooks=_worker_hooks(settings.name, queues, options["concurrency"]),
         )
         handler = self._attach_log_handler(verbosity)
+        watcher = self._watch(worker, verbosity) if options["reload"] else None
         scheduler = _start_scheduler(schedules)
         relay = None if options["no_relay"] or options["once"] else _start_relay(queue, settings)
         try:
@@ -250,11 +266,17 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"Worker stopped (error) after {worker.processed} job(s): {type(exc).__name__}: {exc}"
                 ) from exc
+            if watcher is not None and watcher.changed is not None:
+                if verbosity >= 1:
+                    self._say(f"Worker stopped to reload after {worker.processed} job(s).")
+                raise SystemExit(_reload.RESTART)  # after the finally below: the parent starts a fresh worker
             if verbosity >= 1:
                 self._say(f"Worker stopped ({reason}) after {worker.processed} job(s).")
                 if reason is ExitReason.EMPTY and options["stop_when_empty"]:
                     self._say(_left_behind(queue, queues))
         finally:
+            if watcher is not None:
+                watcher.stop()
             if relay is not None:
                 relay.stop()
             if scheduler is not None:
@@ -265,6 +287,25 @@ class Command(BaseCommand):
                 queue.dispose()
             if handler is not None:
                 logging.getLogger("kinetis_queue").removeHandler(handler)
+
+    def _watch(self, worker: Worker, verbosity: int) -> _reload.Watcher:
+        """--reload, in the child: Django's reloader in a thread; a change stops ``worker`` after its job."""
+
+        def changed(path: str) -> None:
+            if verbosity >= 1:
+                self._say(f"{path} changed: the worker stops after its running job, then starts again.")
+            worker.stop()
+
+        watcher = _reload.Watcher(changed)
+        watcher.start()
+        if verbosity >= 1:
+
+            def announce() -> None:
+                if watcher.watching.wait(timeout=600):
+                    self._say(f"Watching for file changes with {type(watcher.reloader).__name__}.")
+
+            threading.Thread(target=announce, name="kinetis-queue-reload-note", daemon=True).start()
+        return watcher
 
     def _supervise(self, processes: int, verbosity: int) -> None:
         from kinetis_queue.supervisor import supervise
