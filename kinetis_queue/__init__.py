@@ -20,6 +20,7 @@ from kinetis_queue.control import cancel
 from kinetis_queue.dispatch import push_on_commit
 from kinetis_queue.job import Job, JobContext, Sensitive
 from kinetis_queue.limits import limit_concurrency
+from kinetis_queue.values import register_value
 
 __all__ = [
     "ClearableQueue",
@@ -38,6 +39,7 @@ __all__ = [
     "push_on_commit",
     "queue",
     "queues",
+    "register_value",
 ]
 
 

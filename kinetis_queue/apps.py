@@ -15,7 +15,9 @@ class KinetisQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from kinetis_queue import checks, hooks, limits, registry, unique  # noqa: F401  (checks registers the checks)
+        from kinetis_queue import checks, hooks, limits, model_args, registry, unique  # noqa: F401  (checks registers the checks)
+
+        model_args.install()  # job arguments annotated with a model class (docs/job-arguments.md)
         from kinetis_queue.contrib import receivers  # noqa: F401  (registers QueuedReceiverJob)
         from kinetis_queue.contrib.mail import checks as _mail_checks  # noqa: F401  (SendMailJob, check E009)
         from kinetis_queue.limits.database import database_slots

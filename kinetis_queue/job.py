@@ -51,6 +51,9 @@ class Job:
     unique_on_duplicate: ClassVar[str] = "return"
     #: Set by ``@limit_concurrency`` (kinetis_queue.limits): at most N jobs of one key run at once.
     concurrency_limit: ClassVar[ConcurrencyLimit | None] = None
+    #: A model instance argument whose row is gone by the time the job runs (docs/job-arguments.md):
+    #: False fails the job at once, naming the model and key; True acks it without running it.
+    delete_when_missing_models: ClassVar[bool] = False
     #: Order within a queue (kinetis_queue.priority, docs/priority.md): -100 to 100, higher first; a
     #: push may override it. 0, the default, is the store's plain FIFO path.
     priority: ClassVar[int] = 0

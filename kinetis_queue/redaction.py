@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 from kinetis_queue.contracts import QueuedJob
 from kinetis_queue.envelope import decode_args, dumps, loads
 from kinetis_queue.job import Job, resolve_job_class
-from kinetis_queue.serializer import shown_parameters
+from kinetis_queue.serializer import shown_parameters, typed_parameters
 
 if TYPE_CHECKING:
     from kinetis_queue.models import FailedJob
@@ -67,11 +67,31 @@ def for_observers(job: QueuedJob) -> QueuedJob:
 def sensitive_values(job_class: str, args: dict[str, Any]) -> list[str]:
     """The text forms of every value the redaction hides, longest first (for ``scrub``)."""
     shown = display_args(job_class, args)
+    typed = _typed_parameters(job_class)
     found: set[str] = set()
     for key, value in args.items():
         if shown.get(key) == REDACTED and value != REDACTED:
-            _collect(value, found)
+            _collect(_secret_part(value) if key in typed else value, found)
     return sorted((s for s in found if len(s) >= MIN_SCRUBBED_LENGTH), key=len, reverse=True)
+
+
+def _typed_parameters(job_class: str) -> frozenset[str]:
+    """The parameters of ``job_class`` stored as a typed value or model reference; none if unknown."""
+    try:
+        return typed_parameters(resolve_job_class(job_class))
+    except BaseException:
+        return frozenset()
+
+
+def _secret_part(value: Any) -> Any:
+    """What of a typed value (its data) or a model reference (its key) is the secret: not its alias,
+    model label or database alias, which name code and would only mangle scrubbed text."""
+    if type(value) is dict:
+        if value.keys() == {"type", "version", "data"}:
+            return value["data"]
+        if value.keys() == {"model", "pk", "db"}:
+            return value["pk"]
+    return value
 
 
 def _collect(value: Any, found: set[str]) -> None:

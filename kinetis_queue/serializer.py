@@ -2,7 +2,9 @@
 
 Every backend stores the same JSON payload, so one module decides what may be pushed: a value that
 would not come back equal and of the same type is rejected at push, never discovered on the worker.
-No pickle: a job is rebuilt only from its stored class path and plain JSON values.
+No pickle: a job is rebuilt only from its stored class path and plain JSON values. A parameter
+annotated with a registered value type or a model class is stored by that type's codec
+(kinetis_queue.values, docs/job-arguments.md); a plain argument's path is unchanged by them.
 """
 
 from __future__ import annotations
@@ -18,11 +20,29 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Final, Union
 
+from kinetis_queue import values
 from kinetis_queue.exceptions import JobReconstructionError, UnserializableJobError
 from kinetis_queue.job import MAX_CLASS_PATH, Job, Sensitive, is_class_path, job_class_path, resolve_job_class
 from kinetis_queue.validation import MAX_DEPTH, is_utf8
+from kinetis_queue.values import (
+    Codec,
+    Malformed,
+    MalformedJobArgumentError,
+    Missing,
+    MissingModelError,
+    MissingModelSkipped,
+    Rejected,
+)
 
-__all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "deserialize_job", "serialize_job", "shown_parameters"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "check_plain",
+    "deserialize_job",
+    "serialize_job",
+    "shown_parameters",
+    "typed_parameters",
+]
 
 #: Most decimal digits an int may have: Python's default limit on int/str conversion, which a worker's
 #: JSON decoder applies, so a longer int could never be read back (nor, by default, written).
@@ -46,6 +66,7 @@ class _Restore(enum.Enum):
     AS_STORED = "as stored"  # plain JSON value
     ENUM = "enum"  # the annotation names exactly one Enum class
     DATETIME = "datetime"  # the annotation names datetime.datetime
+    CODEC = "codec"  # the annotation names a registered value type or a model class (kinetis_queue.values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +83,8 @@ class _Param:
     #: The Enum class for ``_Restore.ENUM``, ``datetime`` for ``_Restore.DATETIME``, else None.
     target: type | None
     admits_none: bool
+    #: How a ``_Restore.CODEC`` parameter is stored and rebuilt, else None.
+    codec: Codec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +99,8 @@ class _Plan:
 
 #: Per-class plans: signature and type-hint inspection is far too slow to repeat on every push.
 _plans: dict[type, _Plan] = {}
+# A value type registered after a class's plan was built changes what its annotations restore.
+values._listeners.append(_plans.clear)
 
 
 class _Invalid(Exception):
@@ -156,6 +181,7 @@ def _describe_param(parameter: inspect.Parameter, hints: dict[str, Any], unresol
     restore = _Restore.AS_STORED
     target: type | None = None
     admits_none = False
+    codec: Codec | None = None
     if parameter.name in hints:
         hint, found_sensitive = _unwrap(hints[parameter.name])
         sensitive = sensitive or found_sensitive
@@ -171,6 +197,8 @@ def _describe_param(parameter: inspect.Parameter, hints: dict[str, Any], unresol
             hint = members[0] if len(members) == 1 else None
         if hint is datetime:
             restore, target = _Restore.DATETIME, datetime
+        elif (codec := values.codec_for(hint)) is not None:
+            restore, target = _Restore.CODEC, hint
         elif isinstance(hint, type) and issubclass(hint, enum.Enum):
             restore, target = _Restore.ENUM, hint
     return _Param(
@@ -182,6 +210,7 @@ def _describe_param(parameter: inspect.Parameter, hints: dict[str, Any], unresol
         restore=restore,
         target=target,
         admits_none=admits_none,
+        codec=codec,
     )
 
 
@@ -249,6 +278,11 @@ def _serialize_arg(path: str, param: _Param, value: Any) -> Any:
         # comes back as what was pushed.
         if value is None and param.admits_none:
             return None
+        if param.codec is not None and value is not None:
+            try:
+                return param.codec.encode(value)
+            except Rejected as rejected:
+                raise _rejected(path, param, rejected.reason) from None
         if param.restore is _Restore.ENUM and kind is param.target:
             stored = value.value
             if type(stored) is int:
@@ -260,7 +294,9 @@ def _serialize_arg(path: str, param: _Param, value: Any) -> Any:
             return stored
         if param.restore is _Restore.DATETIME and kind is datetime:
             return _serialize_datetime(path, param, value)
-        expected = param.target.__qualname__ if param.target is not None else "value"
+        expected = (
+            param.codec.name if param.codec is not None else param.target.__qualname__ if param.target else "value"
+        )
         raise _rejected(
             path,
             param,
@@ -301,6 +337,15 @@ def _serialize_arg(path: str, param: _Param, value: Any) -> Any:
             path,
             param,
             "a datetime needs a parameter annotated with exactly datetime.datetime (or datetime | None)",
+        )
+    codec = values.codec_for(kind)
+    if codec is not None:
+        raise _rejected(
+            path,
+            param,
+            values.explain(value)
+            or f"a value of type {codec.name} needs a parameter annotated with exactly its class "
+            "(or that class | None)",
         )
     raise _rejected(path, param, _describe_unsupported(value))
 
@@ -369,12 +414,28 @@ def _check_item(item: Any, depth: int) -> None:
         raise _Invalid("an Enum member is allowed only as a top-level argument")
     elif isinstance(item, datetime):
         raise _Invalid("a datetime is allowed only as a top-level argument")
+    elif (codec := values.codec_for(kind)) is not None:
+        raise _Invalid(f"a value of type {codec.name} is allowed only as a top-level argument annotated with its class")
     else:
         raise _Invalid(_describe_unsupported(item))
 
 
+def check_plain(value: Any) -> str | None:
+    """None if ``value`` is plain JSON under the argument contract (a typed value's data), else why not."""
+    try:
+        _check_item(value, 1)
+    except _Invalid as invalid:
+        return f"is not plain JSON: {invalid.reason}" + (
+            f" (at data{''.join(reversed(invalid.segments))})" if invalid.segments else ""
+        )
+    return None
+
+
 def _describe_unsupported(value: Any) -> str:
     """What kind of value this is, in words that never include the value itself."""
+    explained = values.explain(value)
+    if explained is not None:
+        return explained
     if isinstance(value, tuple):
         return "a tuple is not allowed"
     if isinstance(value, set | frozenset):
@@ -431,7 +492,12 @@ def deserialize_job(class_path: str, args: Any) -> Job:
     keywords: dict[str, Any] = {}
     for param in plan.params:
         if param.name in args:
-            value = _restore_arg(class_path, param, args[param.name])
+            try:
+                value = _restore_arg(class_path, param, args[param.name])
+            except MissingModelError as missing:
+                if getattr(cls, "delete_when_missing_models", False):
+                    raise MissingModelSkipped(f"{missing} (delete_when_missing_models)") from None
+                raise
         elif param.required:
             raise JobReconstructionError(f"{class_path}: required argument {param.name} was not stored")
         elif param.positional_only:
@@ -461,6 +527,16 @@ def _restore_arg(class_path: str, param: _Param, stored: Any) -> Any:
         raise JobReconstructionError(
             f"{class_path}: argument {param.name} is stored as null, which its annotation does not admit"
         )
+    if param.codec is not None:
+        try:
+            return param.codec.decode(stored)
+        except Malformed as malformed:
+            raise MalformedJobArgumentError(f"{class_path}: argument {param.name} {malformed.reason}") from None
+        except Missing as missing:
+            key = "(withheld: the argument is Sensitive)" if param.sensitive else missing.key
+            raise MissingModelError(
+                f"{class_path}: argument {param.name}: {missing.model} with primary key {key} no longer exists"
+            ) from None
     if param.restore is _Restore.ENUM:
         enum_class = param.target
         assert enum_class is not None
@@ -494,3 +570,8 @@ def shown_parameters(job_class: type[Job]) -> frozenset[str]:
     """The names of ``job_class``'s ``__init__`` parameters not marked ``Sensitive`` and whose annotation
     resolved; raises whatever inspecting the class raises."""
     return frozenset(param.name for param in _plan_for(job_class).params if not param.sensitive)
+
+
+def typed_parameters(job_class: type[Job]) -> frozenset[str]:
+    """The names of ``job_class``'s parameters stored by a codec (a typed value or a model reference)."""
+    return frozenset(param.name for param in _plan_for(job_class).params if param.codec is not None)

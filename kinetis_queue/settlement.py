@@ -25,6 +25,7 @@ from kinetis_queue.outcomes import JobOutcome
 from kinetis_queue.redaction import display_json, for_observers, scrub_for
 from kinetis_queue.unique import Until, held_lock, store_of
 from kinetis_queue.validation import MAX_RETRY_DELAY
+from kinetis_queue.values import PERMANENT_ERRORS, MissingModelSkipped
 from kinetis_queue.worker_log import attempt_of, contained, describe, job_name, logger
 
 #: The doubling stops here so a high attempt count cannot overflow.
@@ -135,9 +136,26 @@ class Settler:
             queue = self.policy.queue
             store_of(queue, held).settled(queue, job, held)
 
+    def free_key(self, job: QueuedJob) -> None:
+        """Free a unique job's key, scope "started" or "settled", for a delivery acked without starting.
+
+        As release_key(), an error of the lock store propagates and nothing is settled.
+        """
+        held = held_lock(job)
+        if held is None or held.until is Until.EXPIRED:
+            return
+        queue = self.policy.queue
+        store = store_of(queue, held)
+        if held.until is Until.STARTED:
+            store.started(queue, job, held)
+        else:
+            store.settled(queue, job, held)
+
     def skip(self, job: QueuedJob, skipped: SkipDelivery, report: RenewalReport | None) -> JobOutcome:
         """Ack a delivery that must not run (cancelled, superseded, done already), without running it."""
         try:
+            if isinstance(skipped, MissingModelSkipped):
+                self.free_key(job)  # it never started, and now never will (a cancellation frees its own)
             try:
                 self.policy.queue.ack(job)
             except StaleJobHandleError as stale:
@@ -182,7 +200,9 @@ class Settler:
         and the retry delay (None when not released)."""
         cap = job.max_attempts if job.max_attempts is not None else self.policy.default_max_attempts
         message = scrubbed_message(job, error)
-        if job.attempts < cap:
+        # An argument that cannot decode, or a model row that is gone, fails at once: no retry can
+        # change it (kinetis_queue.values; the spec: "Malformed or unreconstructable payloads fail immediately").
+        if job.attempts < cap and not isinstance(error, PERMANENT_ERRORS):
             delay = job_retry_delay(job, self.policy.retry_base_delay)
             contained(
                 logger.warning,

@@ -25,6 +25,7 @@ CONTRACT = {
     "kinetis_queue.job": "Job, JobContext, Sensitive: what a job is and how handle() is called",
     "kinetis_queue.envelope": "the stored wire format and its strict decoder",
     "kinetis_queue.serializer": "the argument contract: job arguments to JSON and back",
+    "kinetis_queue.values": "typed values in job arguments: the registry of value types and its codecs",
     "kinetis_queue.validation": "queue names, limits and the ceilings defined once",
     "kinetis_queue.exceptions": "the errors the contract names",
     "kinetis_queue.schema": "how a backend declares its option schema",
