@@ -13,8 +13,10 @@ alike:
 - ``all on, logged``: the same with ``kinetis_queue.jobs`` at INFO writing JsonFormatter lines to a file,
   what a project shipping one JSON line per job pays (Python's logging, mostly).
 
-Jobs/s per side (medians of the blocks) and the ratios to ``off`` are printed; the issue's target is
-``all on`` at most 5 % below ``off``. Nothing is asserted: this is a measurement.
+Jobs/s per side (medians of the blocks) and the ratios to ``off`` are printed, both of the medians and
+the median of each repeat's ratio (paired: a drift of this shared machine's speed cancels within a
+repeat); the issue's target is ``all on`` at most 5 % below ``off``, judged on the paired ratio.
+Nothing is asserted: this is a measurement.
 """
 
 from __future__ import annotations
@@ -139,12 +141,20 @@ def main() -> int:
             rates[side].append(drain(side, options.n, "obs" + uuid.uuid4().hex[:10]))
             log(f"{side}: {rates[side][-1]:,.0f} jobs/s")
     medians = {side: statistics.median(values) for side, values in rates.items()}
-    print("\n| hooks | drain jobs/s (median) | min-max | vs off |")
-    print("|---|---:|---:|---:|")
+    # Paired: each repeat's side against that repeat's "off", so a slow drift of the machine cancels.
+    paired = {
+        side: statistics.median(rate / off for rate, off in zip(rates[side], rates["off"], strict=True))
+        for side in sides
+    }
+    print("\n| hooks | drain jobs/s (median) | min-max | vs off (medians) | vs off (paired, median) |")
+    print("|---|---:|---:|---:|---:|")
     for side in sides:
         low, high = min(rates[side]), max(rates[side])
-        print(f"| {side} | {medians[side]:,.0f} | {low:,.0f}-{high:,.0f} | {medians[side] / medians['off']:.3f} |")
-    cost = 1 - medians["all on"] / medians["off"]
+        print(
+            f"| {side} | {medians[side]:,.0f} | {low:,.0f}-{high:,.0f} | {medians[side] / medians['off']:.3f} "
+            f"| {paired[side]:.3f} |"
+        )
+    cost = 1 - paired["all on"]
     verdict = "MET" if cost <= 0.05 else "MISSED"
     print(f"\nall on costs {cost:.1%} of the drain with it off (target: at most 5%): {verdict}")
     return 0
