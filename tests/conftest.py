@@ -24,6 +24,9 @@ from tests.support.fixtures import (  # noqa: F401  (pytest finds fixtures in co
     connection,
     moto_server,
     outcomes,
+    redis_cluster,
+    redis_cluster_row,
+    redis_sentinels,
     queue_name,
     rabbitmq_queues,
     sqs_queues,
@@ -79,13 +82,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "not storm", ""
     )
     skip_storm = pytest.mark.skip(reason="a long multi-process storm: run with `make storms` (-m storm or KQ_STORMS=1)")
+    kept: list[pytest.Item] = []
+    deselected: list[pytest.Item] = []
     for item in items:
         callspec = getattr(item, "callspec", None)
         row = callspec.params.get("connection") if callspec is not None else None
         if not isinstance(row, Backend) or row.id in CORE_BACKENDS:
             item.add_marker(pytest.mark.core)
+        if isinstance(row, Backend) and not row.fault_tier and "faults" in item.path.parts:
+            deselected.append(item)
+            continue
+        kept.append(item)
         if item.get_closest_marker("storm") is not None and not storms:
             item.add_marker(skip_storm)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 @pytest.fixture(scope="session")

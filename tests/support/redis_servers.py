@@ -62,10 +62,10 @@ class Servers:
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     def start(self, port: int, *args: str) -> None:
-        log = open(self.directory / f"{port}.log", "wb")
-        self.processes[port] = subprocess.Popen(
-            ["redis-server", *args], cwd=self.directory, stdout=log, stderr=subprocess.STDOUT
-        )
+        with open(self.directory / f"{port}.log", "wb") as log:  # the server keeps its own descriptor
+            self.processes[port] = subprocess.Popen(
+                ["redis-server", *args], cwd=self.directory, stdout=log, stderr=subprocess.STDOUT
+            )
 
     def stop(self) -> None:
         for process in self.processes.values():
