@@ -143,6 +143,26 @@ class LocalCluster(Servers):
                 up.append(port)
         return up
 
+    def replica_serving(self, key: str) -> int:
+        """The port of a replica of the master that serves ``key``'s slot."""
+        from redis.crc import key_slot
+
+        slot = key_slot(key.encode())
+        found: list[int] = []
+
+        def replica_found() -> bool:
+            for start, end, master, *_ in admin(self.ports[0]).execute_command("CLUSTER", "SLOTS"):
+                if start <= slot <= end:
+                    for port in self.ports:
+                        info = admin(port).info("replication")
+                        if info.get("master_port") == int(master[1]) and info.get("master_link_status") == "up":
+                            found.append(port)
+                            return True
+            return False
+
+        await_condition(replica_found, READY_WITHIN, f"a replica of slot {slot}'s master with its link up")
+        return found[0]
+
     def failover(self, replica: int) -> None:
         """``CLUSTER FAILOVER`` on ``replica`` (a coordinated manual failover); returns once it is a master
         and the cluster is ok again with its old master as its replica."""
