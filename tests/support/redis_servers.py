@@ -218,7 +218,9 @@ class LocalSentinels(Servers):
 
         def ready() -> bool:
             master = self.master()
-            if admin(master).info("replication").get("connected_slaves") != 1:
+            (replica,) = (port for port in self.data if port != master)
+            info = admin(replica).info("replication")
+            if info.get("master_port") != master or info.get("master_link_status") != "up":
                 return False
             for port in self.sentinels:
                 state = admin(port).sentinel_master(self.SERVICE)
@@ -233,11 +235,22 @@ class LocalSentinels(Servers):
     def failover(self) -> int:
         """``SENTINEL FAILOVER``; returns the new master's port once every sentinel names it and its replica is up."""
         old = self.master()
-        admin(self.sentinels[0]).execute_command("SENTINEL", "FAILOVER", self.SERVICE)
+
+        def accepted() -> bool:
+            # NOGOODSLAVE until the sentinel has fresh INFO from the replica: asked again until it accepts.
+            return bool(admin(self.sentinels[0]).execute_command("SENTINEL", "FAILOVER", self.SERVICE))
+
+        await_condition(accepted, READY_WITHIN, "the sentinel accepting SENTINEL FAILOVER")
         await_condition(lambda: self.master() != old, READY_WITHIN, "the sentinels promoting the replica")
         new = self.master()
         await_condition(
             lambda: admin(new).info("replication").get("role") == "master", READY_WITHIN, "the new master's role"
         )
         self.await_ready()
+
+        def demoted() -> bool:
+            info = admin(old).info("replication")
+            return info.get("master_port") == new and info.get("master_link_status") == "up"
+
+        await_condition(demoted, READY_WITHIN, "the old master replicating from the new one")
         return new
