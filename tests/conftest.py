@@ -24,11 +24,11 @@ from tests.support.fixtures import (  # noqa: F401  (pytest finds fixtures in co
     connection,
     moto_server,
     outcomes,
+    queue_name,
+    rabbitmq_queues,
     redis_cluster,
     redis_cluster_row,
     redis_sentinels,
-    queue_name,
-    rabbitmq_queues,
     sqs_queues,
 )
 
@@ -46,6 +46,10 @@ hypothesis_settings.load_profile("kq-default")
 
 #: Backend ids whose tests run on Django 5.2 LTS too (the core and SQL suite).
 CORE_BACKENDS = {"sync", "sql-sqlite", "sql-postgres", "sql-mariadb"}
+
+#: Fixtures that start a Redis topology (tests/support/redis_servers.py): their tests are the Redis backend's, not
+#: the core's, so the Django 5.2 run (-m core) does not start the servers a second time.
+TOPOLOGY_FIXTURES = frozenset({"redis_cluster", "redis_sentinels"})
 
 #: A core-only install (no redis extra) cannot import the Redis backend's own test modules.
 collect_ignore_glob = [] if importlib.util.find_spec("redis") else ["specific/test_redis*.py"]
@@ -87,7 +91,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         callspec = getattr(item, "callspec", None)
         row = callspec.params.get("connection") if callspec is not None else None
-        if not isinstance(row, Backend) or row.id in CORE_BACKENDS:
+        starts_servers = not TOPOLOGY_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        if (not isinstance(row, Backend) or row.id in CORE_BACKENDS) and not starts_servers:
             item.add_marker(pytest.mark.core)
         if isinstance(row, Backend) and not row.fault_tier and "faults" in item.path.parts:
             deselected.append(item)

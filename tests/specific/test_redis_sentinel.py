@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from kinetis_queue import connections as queue_connections
 from kinetis_queue.backends.redis import RedisQueue
 from kinetis_queue.exceptions import ConnectionFailedError, OutcomeUnknownError

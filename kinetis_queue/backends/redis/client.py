@@ -1,4 +1,7 @@
-"""The queue's own connections to one standalone Redis server; a command is never re-sent.
+"""The queue's own connections to one Redis server; a command is never re-sent.
+
+A standalone server uses RedisClient directly; a cluster routes to one RedisClient per master
+(cluster.py), and a Sentinel-managed master uses one whose connections ask the sentinels (sentinel.py).
 
 redis-py retries a command on a connection error by default, which can push a job twice or
 reserve it twice when only the reply was lost (DESIGN.md §7). This client drives its connections

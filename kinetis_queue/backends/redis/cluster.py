@@ -108,14 +108,17 @@ class ClusterClient:
 
     def _run(self, key: str | bytes, call: Callable[[RedisClient], Any], what: str) -> Any:
         """``call`` on the master of ``key``, following one MOVED; refused or failed commands are raised."""
+        node = self.node_for(key)
         for attempt in (1, 2):
-            node = self.node_for(key)
             try:
                 return call(node)
             except MovedError as exc:
-                self._slots = None  # refused, nothing applied: re-read the map and send it where it belongs
+                # Refused, nothing applied: send it where the reply says (the map may lag behind a failover
+                # on the node it was read from), and read the map again at the next command.
+                self._slots = None
                 if attempt == 2:
                     raise ConnectionFailedError(f"Redis {what} was not applied: the slot moved twice ({exc})") from exc
+                node = self._node((exc.host, exc.port)) if exc.host else self.node_for(key)
             except _REFUSED as exc:
                 self._slots = None
                 raise ConnectionFailedError(f"Redis {what} was not applied: the cluster refused it ({exc})") from exc

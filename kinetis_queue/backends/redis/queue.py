@@ -261,8 +261,7 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
                 return
         elif self.cluster:
             # Keys of several queues are in several slots: one call per queue, each run whole.
-            for group in _by_queue(prepared, lambda item: item.queue):
-                self._push_many(group)
+            _per_queue(self._push_many, _by_queue(prepared, lambda item: item.queue))
             return
         numbers: dict[str, int] = {}
         keys: list[str] = []
@@ -282,8 +281,7 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         if not prepared:
             return
         if self.cluster and any(item.queue != prepared[0].queue for item in prepared):
-            for group in _by_queue(prepared, lambda item: item.queue):
-                self.store_many(group)
+            _per_queue(self.store_many, _by_queue(prepared, lambda item: item.queue))
             return
         numbers: dict[str, int] = {}
         queue_keys: list[str] = []
@@ -544,6 +542,20 @@ def _by_queue[T](items: Sequence[T], queue_of: Callable[[T], str]) -> list[list[
     for item in items:
         groups.setdefault(queue_of(item), []).append(item)
     return list(groups.values())
+
+
+def _per_queue(store: Callable[[Sequence[PreparedPush]], None], groups: list[list[PreparedPush]]) -> None:
+    """``store`` each queue's part of a batch in turn (a cluster); once a part is stored, a later part's
+    ConnectionFailedError becomes OutcomeUnknownError: the batch is then stored in part."""
+    for number, group in enumerate(groups):
+        try:
+            store(group)
+        except ConnectionFailedError as exc:
+            if number == 0:
+                raise
+            raise OutcomeUnknownError(
+                f"Redis stored the batch's jobs for {number} of its {len(groups)} queues; the rest was not sent ({exc})"
+            ) from exc
 
 
 def _glob_escape(text: bytes) -> bytes:

@@ -28,12 +28,15 @@ def sentinel_factory(
 ) -> Callable[[], Connection]:
     """What opens a connection to ``service``'s current master; no I/O happens here.
 
-    The first sentinel URL's credentials and database apply to the master too (and to every sentinel).
+    The first sentinel URL's credentials, database and scheme (``rediss://``: TLS) apply to the master too
+    (and to every sentinel).
     """
     parsed = [parse_url(url) for url in sentinels]  # type: ignore[no-untyped-call]
     timeout = DEFAULT_SOCKET_TIMEOUT if socket_timeout is None else socket_timeout
     common = {"socket_timeout": timeout, "socket_connect_timeout": timeout, **options}
     common.update({key: value for key, value in parsed[0].items() if key in _SHARED})
+    if sentinels[0].startswith("rediss://"):
+        common["ssl"] = True  # TLS to the sentinels and the master (SentinelManagedSSLConnection)
     sentinel_kwargs = {key: value for key, value in common.items() if key != "db"}
     manager = Sentinel(
         [(url["host"], url["port"]) for url in parsed], sentinel_kwargs=sentinel_kwargs, **common, **FORCED_OPTIONS
