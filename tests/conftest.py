@@ -94,7 +94,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         starts_servers = not TOPOLOGY_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
         if (not isinstance(row, Backend) or row.id in CORE_BACKENDS) and not starts_servers:
             item.add_marker(pytest.mark.core)
-        if isinstance(row, Backend) and not row.fault_tier and "faults" in item.path.parts:
+        rows = [value for value in callspec.params.values() if isinstance(value, Backend)] if callspec else []
+        if any(not each.fault_tier for each in rows) and "faults" in item.path.parts:
             deselected.append(item)
             continue
         kept.append(item)
