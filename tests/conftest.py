@@ -26,6 +26,9 @@ from tests.support.fixtures import (  # noqa: F401  (pytest finds fixtures in co
     outcomes,
     queue_name,
     rabbitmq_queues,
+    redis_cluster,
+    redis_cluster_row,
+    redis_sentinels,
     sqs_queues,
 )
 
@@ -43,6 +46,10 @@ hypothesis_settings.load_profile("kq-default")
 
 #: Backend ids whose tests run on Django 5.2 LTS too (the core and SQL suite).
 CORE_BACKENDS = {"sync", "sql-sqlite", "sql-postgres", "sql-mariadb"}
+
+#: Fixtures that start a Redis topology (tests/support/redis_servers.py): their tests are the Redis backend's, not
+#: the core's, so the Django 5.2 run (-m core) does not start the servers a second time.
+TOPOLOGY_FIXTURES = frozenset({"redis_cluster", "redis_sentinels"})
 
 #: A core-only install (no redis extra) cannot import the Redis backend's own test modules.
 collect_ignore_glob = [] if importlib.util.find_spec("redis") else ["specific/test_redis*.py"]
@@ -79,13 +86,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "not storm", ""
     )
     skip_storm = pytest.mark.skip(reason="a long multi-process storm: run with `make storms` (-m storm or KQ_STORMS=1)")
+    kept: list[pytest.Item] = []
+    deselected: list[pytest.Item] = []
     for item in items:
         callspec = getattr(item, "callspec", None)
         row = callspec.params.get("connection") if callspec is not None else None
-        if not isinstance(row, Backend) or row.id in CORE_BACKENDS:
+        starts_servers = not TOPOLOGY_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        if (not isinstance(row, Backend) or row.id in CORE_BACKENDS) and not starts_servers:
             item.add_marker(pytest.mark.core)
+        rows = [value for value in callspec.params.values() if isinstance(value, Backend)] if callspec else []
+        if any(not each.fault_tier for each in rows) and "faults" in item.path.parts:
+            deselected.append(item)
+            continue
+        kept.append(item)
         if item.get_closest_marker("storm") is not None and not storms:
             item.add_marker(skip_storm)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 @pytest.fixture(scope="session")

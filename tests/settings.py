@@ -25,6 +25,11 @@ REDIS_PREFIX = f"kinetis_test_{RUN_ID}:"
 #: subprocesses inherit (in the test process the fixture overrides the setting). Nothing listens at the
 #: fallback, so a stray SQS call fails instead of reaching AWS.
 SQS_ENDPOINT = os.environ.get("KINETIS_TESTS_SQS_ENDPOINT", "http://127.0.0.1:9")
+#: A local Redis Cluster's start nodes (comma-separated), set by tests/support/fixtures.py's redis_cluster fixture
+#: (worker subprocesses inherit it); nothing listens at the fallback.
+REDIS_CLUSTER_NODES = os.environ.get("KINETIS_TESTS_REDIS_CLUSTER", "redis://127.0.0.1:9").split(",")
+#: A local Sentinel set's sentinels (comma-separated), set by the redis_sentinels fixture.
+REDIS_SENTINELS = os.environ.get("KINETIS_TESTS_REDIS_SENTINELS", "redis://127.0.0.1:9").split(",")
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
 
 SECRET_KEY = "kinetis-queue-tests"
@@ -97,6 +102,14 @@ DATABASES = {
 }
 
 _REDIS = {"BACKEND": "redis", "URL": REDIS_URL, "PREFIX": REDIS_PREFIX, "VISIBILITY_TIMEOUT": 1}
+#: Redis Cluster (docs/backends/redis.md): pushes wait for their master's replica, so a failover loses none.
+_REDIS_CLUSTER = {
+    "BACKEND": "redis",
+    "CLUSTER_NODES": REDIS_CLUSTER_NODES,
+    "PREFIX": REDIS_PREFIX,
+    "VISIBILITY_TIMEOUT": 1,
+    "WAIT_REPLICAS": 1,
+}
 _SQS = {"BACKEND": "sqs", "REGION": "us-east-1", "ENDPOINT_URL": SQS_ENDPOINT, "VISIBILITY_TIMEOUT": 1}
 _RABBITMQ = {"BACKEND": "rabbitmq", "URL": RABBITMQ_URL, "SLOT_LEASE": 2}
 
@@ -109,6 +122,15 @@ KINETIS_QUEUE = {
         "mariadb": {"BACKEND": "sql", "DATABASE": "mariadb", "VISIBILITY_TIMEOUT": 1},
         # A per-run key prefix (worker subprocesses inherit the run id), and per-test queue names.
         "redis": _REDIS,
+        "rediscluster": _REDIS_CLUSTER,
+        "redissentinel": {
+            "BACKEND": "redis",
+            "SENTINELS": REDIS_SENTINELS,
+            "SENTINEL_SERVICE": "kqmaster",
+            "PREFIX": REDIS_PREFIX,
+            "VISIBILITY_TIMEOUT": 1,
+            "WAIT_REPLICAS": 1,
+        },
         # Queues are created per test (queue names are unique), so no prefix is needed.
         "sqs": _SQS,
         # The machine's shared broker: queue names are unique per test, and each test deletes what it declared.

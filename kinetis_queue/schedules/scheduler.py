@@ -92,7 +92,9 @@ class Scheduler:
         if queue.backend_name == "redis":
             from kinetis_queue.backends.redis import RedisQueue
 
-            if isinstance(queue, RedisQueue):  # pragma: no branch - a type guard: "redis" names RedisQueue
+            # On a Redis Cluster fire.lua's claim keys and the queue's key are in different slots: the
+            # claim goes to the database, as for SQS (docs/backends/redis.md, "Redis Cluster").
+            if isinstance(queue, RedisQueue) and not queue.cluster:
                 return RedisClaims(queue)
         return DatabaseClaims(owner=self.owner, claim_timeout=self.claim_timeout)
 

@@ -226,7 +226,7 @@ class RedisClaims(ClaimStore):
         keys = (f"{state}:{tick}", state, self.queue.keys(schedule.queue).pending)
         args = (prepared.id, CLAIM_TTL, prepared.envelope.to_json(), tick, repr(now))
         crashpoints.reach(BEFORE_SCRIPT)
-        done = self.queue._client.script(_fire_script(), keys, args)
+        done = self.queue._client.script(_fire_script(), keys, args, True)  # durable: a push (WAIT_REPLICAS)
         return prepared.id if done == 1 else None
 
     def last(self, schedule: str) -> LastFired | None:

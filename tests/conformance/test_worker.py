@@ -221,7 +221,7 @@ def test_a_job_that_cannot_be_rebuilt_or_called_is_the_jobs_own_failure(
 def _rewrite_stored_job(backend: Backend, job_id: str, job_class: str, args: dict[str, Any]) -> None:
     import json
 
-    if backend.id == "redis":
+    if backend.id in ("redis", "redis-cluster"):
         from tests.support.helpers import find_redis_member, redis_client
 
         key, member = find_redis_member(backend, job_id, "pending")

@@ -74,9 +74,9 @@ class Calls:
             self.replies.append((str(args[0]), reply))
             return reply
 
-        def spy_script(script: Any, keys: Any, args: Any) -> Any:
+        def spy_script(script: Any, keys: Any, args: Any, durable: bool = False) -> Any:
             self.sent.append(script.name)
-            return script_real(script, keys, args)
+            return script_real(script, keys, args, durable)
 
         def spy_wait_any(commands: Any, reply_within: float, what: str) -> Any:
             self.sent.append("+".join(str(command[0]) for command in commands))

@@ -41,6 +41,9 @@ class Backend:
     #: Issue 19, docs/priority.md: the store orders jobs within a queue by priority (SQL: an indexed
     #: column; Redis: a sorted set). False for SQS and RabbitMQ, which refuse a priority other than 0.
     orders_by_priority: bool = False
+    #: The fault tier (tests/faults/) runs on this row; False for a row only the conformance suite and named
+    #: fault scenarios cover (tests/conftest.py deselects the rest).
+    fault_tier: bool = True
 
     @property
     def refuses_priority(self) -> bool:
@@ -63,6 +66,17 @@ BACKENDS = [
     Backend("sql-mariadb", "mariadb", service="MariaDB at 127.0.0.1:3306", database="mariadb", orders_by_priority=True),
     # Spec: leases expire by Redis TIME (recovered by timeout); settlements fenced on the leased envelope.
     Backend("redis", "redis", service="Redis at 127.0.0.1:6379", orders_by_priority=True),
+    # Issue 20, docs/backends/redis.md: the same on a local Redis Cluster (three masters, three replicas) the
+    # redis_cluster fixture starts, pushes waiting for one replica (WAIT_REPLICAS). The fault tier's own
+    # scenario for it is tests/faults/test_redis_failover.py.
+    Backend(
+        "redis-cluster",
+        "rediscluster",
+        service="a local Redis Cluster (started by the tests)",
+        orders_by_priority=True,
+        setup="redis_cluster_row",
+        fault_tier=False,
+    ),
     # Spec, SQS: no fence (SQS answers a stale receipt handle itself), a best-effort visibility timeout,
     # not a ClearableQueue. The sqs_queues fixture starts moto's server and creates each test's queues.
     Backend(

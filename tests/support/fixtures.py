@@ -81,6 +81,68 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                 yield server
 
 
+def _pointing(kind: str, value: list[str]) -> dict[str, Any]:
+    """KINETIS_QUEUE with every redis connection that has ``kind`` (CLUSTER_NODES or SENTINELS) set to ``value``."""
+    setting = settings.KINETIS_QUEUE
+    connections = {
+        name: {**entry, kind: value} if entry["BACKEND"] == "redis" and kind in entry else entry
+        for name, entry in setting["CONNECTIONS"].items()
+    }
+    return {**setting, "CONNECTIONS": connections}
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Any]:
+    """A local Redis Cluster (three masters, three replicas: tests/support/redis_servers.py), once per session
+    (per xdist worker); the rediscluster connection points at it, in this process and in worker subprocesses."""
+    from django.test import override_settings
+
+    from tests.support.redis_servers import LocalCluster
+
+    cluster = LocalCluster()
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("KINETIS_TESTS_REDIS_CLUSTER", ",".join(cluster.urls))
+            with override_settings(KINETIS_QUEUE=_pointing("CLUSTER_NODES", cluster.urls)):
+                yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinels() -> Iterator[Any]:
+    """A local master, replica and three sentinels (tests/support/redis_servers.py), once per session; the
+    redissentinel connection points at them."""
+    from django.test import override_settings
+
+    from tests.support.redis_servers import LocalSentinels
+
+    sentinels = LocalSentinels()
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("KINETIS_TESTS_REDIS_SENTINELS", ",".join(sentinels.urls))
+            with override_settings(KINETIS_QUEUE=_pointing("SENTINELS", sentinels.urls)):
+                yield sentinels
+    finally:
+        sentinels.stop()
+
+
+class RedisTopology:
+    """The setup of a row on a Redis topology the tests started: nothing to prepare per test."""
+
+    def __init__(self, servers: Any) -> None:
+        self.servers = servers
+
+    def prepare(self, queue: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def redis_cluster_row(redis_cluster: Any) -> RedisTopology:
+    """The redis-cluster row's setup: the session's local cluster."""
+    return RedisTopology(redis_cluster)
+
+
 @pytest.fixture
 def sqs_queues(moto_server: Any, queue_name: str) -> Any:
     """The sqs backend's setup: creates, on moto's server, each queue this test names after queue_name."""

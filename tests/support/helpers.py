@@ -71,7 +71,7 @@ def steal_reservation(backend: Backend, job_id: str) -> None:
         with db_connections[backend.database].cursor() as cursor:
             cursor.execute("UPDATE kinetis_queue_jobs SET reserved_token = %s WHERE job_id = %s", ["f" * 32, job_id])
         return
-    if backend.id == "redis":
+    if backend.id in ("redis", "redis-cluster"):
         # A reclaim swaps the leased envelope for one with attempts + 1: the old handle matches nothing.
         key, member = find_redis_member(backend, job_id, "leased")
         stolen = json.loads(member)
@@ -107,7 +107,10 @@ def redis_client(backend: Backend) -> Any:
 
     from kinetis_queue import conf
 
-    return redis.Redis.from_url(conf.connection_settings(backend.connection).options["URL"])
+    options = conf.connection_settings(backend.connection).options
+    if options["CLUSTER_NODES"]:
+        return redis.RedisCluster.from_url(options["CLUSTER_NODES"][0])
+    return redis.Redis.from_url(options["URL"])
 
 
 def find_redis_member(backend: Backend, job_id: str, kind: str) -> tuple[str, bytes]:

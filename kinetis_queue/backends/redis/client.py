@@ -1,4 +1,7 @@
-"""The queue's own connections to one standalone Redis server; a command is never re-sent.
+"""The queue's own connections to one Redis server; a command is never re-sent.
+
+A standalone server uses RedisClient directly; a cluster routes to one RedisClient per master
+(cluster.py), and a Sentinel-managed master uses one whose connections ask the sentinels (sentinel.py).
 
 redis-py retries a command on a connection error by default, which can push a job twice or
 reserve it twice when only the reply was lost (DESIGN.md §7). This client drives its connections
@@ -131,9 +134,14 @@ class RedisClient:
         self._opened: list[Connection] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._wait: tuple[int, int] | None = None
 
-    def execute(self, *args: Any, what: str | None = None) -> Any:
-        """Send one command and return its raw reply; never re-sent (see the module docstring)."""
+    def execute(self, *args: Any, what: str | None = None, durable: bool = False) -> Any:
+        """Send one command and return its raw reply; never re-sent (see the module docstring).
+
+        ``durable`` (a push): then wait, on the same connection, for the replicas ``replicate()`` set
+        to have it (Redis ``WAIT``), else raise OutcomeUnknownError; without replicas set, nothing more.
+        """
         what = what or str(args[0])
         if self._pid != os.getpid():
             self._forget()  # forked: the parent's sockets are the parent's
@@ -154,10 +162,35 @@ class RedisClient:
                 raise OutcomeUnknownError(
                     f"Redis {what} was sent and no reply came ({exc}); it may or may not have been applied"
                 ) from exc
+            if durable and self._wait is not None:
+                self._await_replicas(conn, what)
             answered = True
             return reply
         finally:
             self._give_back(idle, conn, answered)
+
+    def replicate(self, replicas: int, timeout: float) -> None:
+        """Make every durable command wait for ``replicas`` replicas, for ``timeout`` seconds at most (0: no wait)."""
+        self._wait = (replicas, max(1, round(timeout * 1000))) if replicas > 0 else None
+
+    def _await_replicas(self, conn: Connection, what: str) -> None:
+        """``WAIT replicas timeout`` after an applied command: OutcomeUnknownError when fewer had it in time
+        (it is on the master, and a failover before it replicates would lose it)."""
+        assert self._wait is not None
+        replicas, timeout_ms = self._wait
+        try:
+            conn.send_command("WAIT", replicas, timeout_ms)
+            count = int(conn.read_response())
+        except (*_Errors, redis.ResponseError) as exc:
+            conn.disconnect()
+            raise OutcomeUnknownError(
+                f"Redis {what} was applied on the master and its replication could not be confirmed ({exc})"
+            ) from exc
+        if count < replicas:
+            raise OutcomeUnknownError(
+                f"Redis {what} was applied on the master but reached {count} of {replicas} replica(s) within "
+                f"{timeout_ms} ms (WAIT_REPLICAS): a failover before it replicates would lose it"
+            )
 
     def wait_any(self, commands: Sequence[Sequence[Any]], reply_within: float, what: str) -> list[Any]:
         """Send each blocking command on a connection of its own; return the replies read once one or
@@ -238,11 +271,11 @@ class RedisClient:
         with self._lock:
             self._idle, self._opened, self._pid = [], [], os.getpid()
 
-    def script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def script(self, script: Script, keys: Sequence[str], args: Sequence[Any], durable: bool = False) -> Any:
         """Run ``script`` by its SHA1 (EVALSHA), loading it first when the server does not know it."""
         what = f"{script.name} script"
         try:
-            return self.execute("EVALSHA", script.sha, len(keys), *keys, *args, what=what)
+            return self.execute("EVALSHA", script.sha, len(keys), *keys, *args, what=what, durable=durable)
         except NoScriptError:
             pass  # first use on this server, or after a restart or SCRIPT FLUSH: the script did not run
         try:
@@ -250,7 +283,7 @@ class RedisClient:
         except OutcomeUnknownError as exc:
             # Loading is idempotent; what matters is that the script itself was never sent.
             raise ConnectionFailedError(f"Redis {what} was not sent: loading it failed ({exc})") from exc
-        return self.execute("EVALSHA", script.sha, len(keys), *keys, *args, what=what)
+        return self.execute("EVALSHA", script.sha, len(keys), *keys, *args, what=what, durable=durable)
 
     def close(self) -> None:
         """Close every connection this client opened (a later command opens a new one)."""

@@ -1,6 +1,8 @@
 """The Redis backend's connection keys (``"BACKEND": "redis"``); imports no client library.
 
-One standalone Redis server, named by URL or by a Redis cache alias (CACHE); never a cluster.
+Exactly one of: a standalone server (URL, or the server of a Redis cache alias: CACHE), a Redis Cluster
+(CLUSTER_NODES: start node URLs) or a Sentinel-managed master (SENTINELS and SENTINEL_SERVICE).
+docs/backends/redis.md says what each guarantees.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any, Final
 from django.conf import settings
 
 from kinetis_queue.exceptions import QueueConfigurationError
-from kinetis_queue.schema import BackendOptions, KeyPath, Option, fail, key, number
+from kinetis_queue.schema import BackendOptions, KeyPath, Option, fail, integer, key, number
 
 #: Django's own Redis cache, and django-redis's (whose OPTIONS hold connection settings under other
 #: names): a CACHE connection may reuse their settings.
@@ -25,13 +27,33 @@ DJANGO_REDIS_CLIENT: Final = "django_redis.client.DefaultClient"
 REDIS_URL_SCHEMES: Final = ("redis://", "rediss://", "unix://")
 
 
+#: The keys that each name where the server is: exactly one group is set.
+WHERE_KEYS: Final = ("URL", "CACHE", "CLUSTER_NODES", "SENTINELS")
+
+
 def _cluster(value: Any, path: KeyPath) -> None:
     if value is not False:
-        raise fail(
-            path,
-            "is not supported: the redis backend needs one standalone server "
-            "(its Lua scripts span three keys per queue, and no cluster redirect is followed)",
-        )
+        raise fail(path, "is not a switch: name a cluster's start nodes in CLUSTER_NODES (a list of redis:// URLs)")
+
+
+def _urls(what: str) -> Any:
+    """A non-empty list (or tuple) of redis:// or rediss:// URLs, each naming a host and port."""
+
+    def check(value: Any, path: KeyPath) -> None:
+        if value is None:
+            return
+        if not isinstance(value, list | tuple) or not value:
+            raise fail(path, f"must be a non-empty list of redis:// URLs ({what})")
+        for index, url in enumerate(value):
+            if type(url) is not str or not url.startswith(("redis://", "rediss://")):
+                raise fail((*path, str(index)), f"must be a redis:// or rediss:// URL ({what})")
+
+    return check
+
+
+def _service(value: Any, path: KeyPath) -> None:
+    if value is not None and (type(value) is not str or not value):
+        raise fail(path, "must be the name of the master the sentinels monitor (a non-empty string)")
 
 
 def _prefix(value: Any, path: KeyPath) -> None:
@@ -40,9 +62,16 @@ def _prefix(value: Any, path: KeyPath) -> None:
 
 
 def _server(entry: Mapping[str, Any], path: KeyPath) -> None:
-    """Exactly one of URL and CACHE, and the server it names is one redis://, rediss:// or unix:// URL."""
-    if ("URL" in entry) == ("CACHE" in entry):
-        raise fail((*path, "URL"), "or ['CACHE'] must be set (one of the two)")
+    """Exactly one of URL, CACHE, CLUSTER_NODES and SENTINELS (with SENTINEL_SERVICE); a URL or CACHE
+    names one redis://, rediss:// or unix:// URL."""
+    given = [name for name in WHERE_KEYS if entry.get(name) is not None]
+    if len(given) != 1:
+        others = " or ".join(f"[{name!r}]" for name in WHERE_KEYS[1:])
+        raise fail((*path, "URL"), f"{others} must be set (exactly one of them; found {len(given)})")
+    if ("SENTINELS" in given) != (entry.get("SENTINEL_SERVICE") is not None):
+        raise fail((*path, "SENTINEL_SERVICE"), "and ['SENTINELS'] go together (the service and its sentinels)")
+    if given[0] in ("CLUSTER_NODES", "SENTINELS"):
+        return
     url, where = entry.get("URL"), key(*path, "URL")
     if "CACHE" in entry:
         alias = entry["CACHE"]
@@ -64,6 +93,15 @@ def _server(entry: Mapping[str, Any], path: KeyPath) -> None:
 OPTIONS = BackendOptions(
     (
         Option("CLUSTER", False, _cluster),
+        #: A Redis Cluster: URLs of some of its nodes, from which the slot map is read (cluster.py).
+        Option("CLUSTER_NODES", None, _urls("a Redis Cluster's start nodes")),
+        #: A master managed by Redis Sentinel: the sentinels' URLs and the name they monitor it by.
+        Option("SENTINELS", None, _urls("the sentinels")),
+        Option("SENTINEL_SERVICE", None, _service),
+        #: After each push, wait for this many replicas to have it (Redis WAIT), or fail the push as unknown.
+        Option("WAIT_REPLICAS", 0, integer(0)),
+        #: Seconds that WAIT may take.
+        Option("WAIT_TIMEOUT", 1.0, number(0, low_open=True)),
         #: The server's URL, or (CACHE) the alias of a Redis cache in CACHES whose server to use.
         Option("URL"),
         Option("CACHE"),

@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Self
 
 from kinetis_queue.backends.redis import scripts
 from kinetis_queue.backends.redis.client import RedisClient, cache_connection, connection_factory
+from kinetis_queue.backends.redis.cluster import ClusterClient
 from kinetis_queue.backends.redis.options import OPTIONS
 from kinetis_queue.backends.redis.restart import RedisRestartMarker
 from kinetis_queue.backends.redis.slots import RedisSlots
@@ -94,7 +95,13 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     Recovery: every sweep promotes due delayed jobs (by the popping worker's clock) and reclaims
     expired leases (attempts + 1, a new handle), at most 100 of each per sweep; there is no reaper.
     Transport: a command is never re-sent; ConnectionFailedError means it was never sent,
-    OutcomeUnknownError that its reply was lost (client.py). Only a standalone server is supported.
+    OutcomeUnknownError that its reply was lost (client.py).
+
+    Topologies (docs/backends/redis.md): a standalone server; a Redis Cluster (``cluster_nodes``:
+    cluster.py), where each queue's keys carry the queue's name as hash tag
+    (``kinetis_queue:{queue}:pending``), so every script touches one slot, and a batch that spans
+    queues is sent as one call per queue; a Sentinel-managed master (``sentinels``: sentinel.py).
+    ``wait_replicas``: a push is acknowledged only once that many replicas have it (Redis WAIT).
 
     Priority (docs/priority.md): a ready job whose priority is not 0 waits in a fourth key, the queue's
     ``prioritized`` sorted set (priority.lua), reserved before the pending list (priority above 0) or
@@ -121,10 +128,35 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         prefix: str = "",
         visibility_timeout: int = 300,
         connection: str | None = None,
+        cluster_nodes: Sequence[str] | None = None,
+        sentinels: Sequence[str] | None = None,
+        sentinel_service: str | None = None,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
     ) -> None:
-        """Open nothing yet: the first command connects (``options`` are redis-py connection arguments)."""
+        """Open nothing yet: the first command connects (``options`` are redis-py connection arguments).
+
+        ``cluster_nodes`` (start node URLs) selects a Redis Cluster, ``sentinels`` with ``sentinel_service``
+        a Sentinel-managed master; otherwise ``url`` is one standalone server.
+        """
         super().__init__(connection=connection)
-        self._client = RedisClient(connection_factory(url, options or {}, socket_timeout))
+        self._client: RedisClient | ClusterClient
+        #: Redis Cluster: queue keys carry a hash tag, and batches are split per queue.
+        self.cluster = bool(cluster_nodes)
+        if cluster_nodes:
+            from redis.connection import parse_url
+
+            starts = [(str(node["host"]), int(node["port"])) for node in map(parse_url, cluster_nodes)]
+            self._client = ClusterClient(starts, connection_factory(cluster_nodes[0], options or {}, socket_timeout))
+        elif sentinels:
+            from kinetis_queue.backends.redis.sentinel import SentinelClient, sentinel_factory
+
+            if not sentinel_service:
+                raise ValueError("sentinels need the sentinel_service they monitor")
+            self._client = SentinelClient(sentinel_factory(sentinels, sentinel_service, options or {}, socket_timeout))
+        else:
+            self._client = RedisClient(connection_factory(url, options or {}, socket_timeout))
+        self._client.replicate(wait_replicas, wait_timeout)
         self.prefix = prefix
         self._visibility_timeout = visibility_timeout
         self._keys: dict[str, QueueKeys] = {}
@@ -138,8 +170,10 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         options = settings.options
         if options["CACHE"] is not None:
             url, kwargs = cache_connection(options["CACHE"])
-        else:
+        elif options["URL"] is not None:
             url, kwargs = options["URL"], {}
+        else:
+            url, kwargs = "", {}
         return cls(
             url=url,
             options=kwargs,
@@ -147,13 +181,23 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             prefix=options["PREFIX"],
             visibility_timeout=settings.visibility_timeout,
             connection=settings.name,
+            cluster_nodes=options["CLUSTER_NODES"],
+            sentinels=options["SENTINELS"],
+            sentinel_service=options["SENTINEL_SERVICE"],
+            wait_replicas=options["WAIT_REPLICAS"],
+            wait_timeout=options["WAIT_TIMEOUT"],
         )
+
+    def base(self, queue: str) -> str:
+        """What each of a queue's keys starts with: ``{PREFIX}kinetis_queue:{queue}:``, the name in braces
+        (its hash tag) on a cluster, so all of them are in one slot."""
+        return f"{self.prefix}kinetis_queue:{{{queue}}}:" if self.cluster else f"{self.prefix}kinetis_queue:{queue}:"
 
     def keys(self, queue: str) -> QueueKeys:
         """The three keys of a validated queue name."""
         keys = self._keys.get(queue)
         if keys is None:
-            base = f"{self.prefix}kinetis_queue:{queue}:"
+            base = self.base(queue)
             keys = self._keys[queue] = QueueKeys(base + "pending", base + "delayed", base + "leased")
         return keys
 
@@ -161,7 +205,7 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         """The prioritized set and sequence key of a validated queue name."""
         keys = self._priority_keys.get(queue)
         if keys is None:
-            base = f"{self.prefix}kinetis_queue:{queue}:"
+            base = self.base(queue)
             keys = self._priority_keys[queue] = PriorityKeys(base + "prioritized", base + "sequence")
         return keys
 
@@ -192,12 +236,12 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         keys = self.keys(queue)
         if delay > 0:
             # Contract, "Delayed jobs": scored with the pushing process's clock.
-            self._client.execute("ZADD", keys.delayed, envelope.pushed_at + delay, envelope.to_json())
+            self._client.execute("ZADD", keys.delayed, envelope.pushed_at + delay, envelope.to_json(), durable=True)
         elif envelope.metadata and envelope.priority:
             args = (1, "", envelope.priority, envelope.to_json())
-            self._client.script(scripts.PUSH_MANY, (*keys[:2], *self.priority_keys(queue)), args)
+            self._client.script(scripts.PUSH_MANY, (*keys[:2], *self.priority_keys(queue)), args, durable=True)
         else:
-            self._client.execute("LPUSH", keys.pending, envelope.to_json())
+            self._client.execute("LPUSH", keys.pending, envelope.to_json(), durable=True)
 
     def _push_many(self, prepared: Sequence[PreparedPush]) -> None:
         """One round trip for the whole batch, run whole: one LPUSH (or ZADD) with every envelope when
@@ -207,12 +251,18 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             own = self.keys(first.queue)
             if all(item.delay <= 0 and not item.envelope.priority for item in prepared):
                 # LPUSH a b c leaves c at the head: a, the first given, is the first reserved.
-                self._client.execute("LPUSH", own.pending, *(item.envelope.to_json() for item in prepared))
+                self._client.execute(
+                    "LPUSH", own.pending, *(item.envelope.to_json() for item in prepared), durable=True
+                )
                 return
             if all(item.delay > 0 for item in prepared):
                 scored = ((item.envelope.pushed_at + item.delay, item.envelope.to_json()) for item in prepared)
-                self._client.execute("ZADD", own.delayed, *(value for pair in scored for value in pair))
+                self._client.execute("ZADD", own.delayed, *(value for pair in scored for value in pair), durable=True)
                 return
+        elif self.cluster:
+            # Keys of several queues are in several slots: one call per queue, each run whole.
+            _per_queue(self._push_many, _by_queue(prepared, lambda item: item.queue))
+            return
         numbers: dict[str, int] = {}
         keys: list[str] = []
         args: list[float | int | str] = []
@@ -223,12 +273,15 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
                 keys += (*self.keys(item.queue)[:2], *self.priority_keys(item.queue))
             ready_at: float | str = item.envelope.pushed_at + item.delay if item.delay > 0 else ""
             args += (number, ready_at, item.envelope.priority, item.envelope.to_json())
-        self._client.script(scripts.PUSH_MANY, keys, args)
+        self._client.script(scripts.PUSH_MANY, keys, args, durable=True)
 
     def store_many(self, prepared: Sequence[PreparedPush]) -> None:
         """The outbox relay's send: one relay_push.lua call, which skips an envelope a killed relay had
         already stored (its marker, kept RELAY_DEDUPE_FOR seconds) instead of storing it twice."""
         if not prepared:
+            return
+        if self.cluster and any(item.queue != prepared[0].queue for item in prepared):
+            _per_queue(self.store_many, _by_queue(prepared, lambda item: item.queue))
             return
         numbers: dict[str, int] = {}
         queue_keys: list[str] = []
@@ -241,10 +294,13 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
                 number = numbers[item.queue] = len(numbers) + 1
                 queue_keys += (*self.keys(item.queue)[:2], *self.priority_keys(item.queue))
             envelope = item.envelope
-            markers.append(f"{self.prefix}kinetis_queue:relayed:{envelope.id}:{envelope.pushed_at!r}")
+            tag = f"{{{item.queue}}}:" if self.cluster else ""  # in the queue's slot on a cluster
+            markers.append(f"{self.prefix}kinetis_queue:{tag}relayed:{envelope.id}:{envelope.pushed_at!r}")
             ready_at: float | str = now + item.delay if item.delay > 0 else ""  # what is left of it, from now
             args += (number, ready_at, envelope.priority, envelope.to_json())
-        self._client.script(scripts.RELAY_PUSH, [*queue_keys, *markers], [len(queue_keys), RELAY_DEDUPE_FOR, *args])
+        self._client.script(
+            scripts.RELAY_PUSH, [*queue_keys, *markers], [len(queue_keys), RELAY_DEDUPE_FOR, *args], durable=True
+        )
 
     def _sweep(self, queues: tuple[str, ...]) -> QueuedJob | None:
         for queue in queues:
@@ -328,6 +384,14 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     def _ack_many(self, jobs: Sequence[QueuedJob]) -> list[StaleJobHandleError | None]:
         """One ack_many.lua call for every delivery, whatever their queues; each ZREM fenced on its own."""
         handles = [self._handle(job).member for job in jobs]  # every handle checked before any I/O
+        if self.cluster and any(job.queue != jobs[0].queue for job in jobs):
+            # One call per queue (one slot each), the results put back in the order given.
+            results: dict[int, StaleJobHandleError | None] = {}
+            positions = {id(job): number for number, job in enumerate(jobs)}
+            for group in _by_queue(jobs, lambda job: job.queue):
+                for job, result in zip(group, self._ack_many(group), strict=True):
+                    results[positions[id(job)]] = result
+            return [results[number] for number in range(len(jobs))]
         numbers: dict[str, int] = {}
         keys: list[str] = []
         args: list[int | str] = []
@@ -437,16 +501,24 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         base = f"{self.prefix}kinetis_queue:".encode()
         pattern = _glob_escape(base) + b"*"
         names: set[str] = set()
-        cursor: bytes | int = 0
-        while True:
-            cursor, found = self._client.execute("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
-            for key in found:
-                queue, _, kind = key[len(base) :].rpartition(b":")
-                name = queue.decode("ascii", "replace")
-                if kind in KEY_KINDS and QUEUE_NAME.fullmatch(name):
-                    names.add(name)
-            if int(cursor) == 0:
-                return sorted(names)
+        client = self._client
+        servers = client.masters() if isinstance(client, ClusterClient) else [client]
+        for server in servers:  # on a cluster, every master holds some of the queues
+            cursor: bytes | int = 0
+            while True:
+                cursor, found = server.execute("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
+                for key in found:
+                    queue, _, kind = key[len(base) :].rpartition(b":")
+                    if self.cluster:
+                        if not (queue.startswith(b"{") and queue.endswith(b"}")):
+                            continue
+                        queue = queue[1:-1]
+                    name = queue.decode("ascii", "replace")
+                    if kind in KEY_KINDS and QUEUE_NAME.fullmatch(name):
+                        names.add(name)
+                if int(cursor) == 0:
+                    break
+        return sorted(names)
 
     def restart_marker(self) -> RedisRestartMarker:
         """This connection's restart generation (kinetis_queue.restart), on this server next to its queues.
@@ -462,6 +534,28 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         if not isinstance(job.handle, RedisHandle):
             raise InvalidQueueArgumentError("this QueuedJob was not delivered by a Redis queue")
         return job.handle
+
+
+def _by_queue[T](items: Sequence[T], queue_of: Callable[[T], str]) -> list[list[T]]:
+    """``items`` grouped by queue, in the order each queue first appears, each group in the order given."""
+    groups: dict[str, list[T]] = {}
+    for item in items:
+        groups.setdefault(queue_of(item), []).append(item)
+    return list(groups.values())
+
+
+def _per_queue(store: Callable[[Sequence[PreparedPush]], None], groups: list[list[PreparedPush]]) -> None:
+    """``store`` each queue's part of a batch in turn (a cluster); once a part is stored, a later part's
+    ConnectionFailedError becomes OutcomeUnknownError: the batch is then stored in part."""
+    for number, group in enumerate(groups):
+        try:
+            store(group)
+        except ConnectionFailedError as exc:
+            if number == 0:
+                raise
+            raise OutcomeUnknownError(
+                f"Redis stored the batch's jobs for {number} of its {len(groups)} queues; the rest was not sent ({exc})"
+            ) from exc
 
 
 def _glob_escape(text: bytes) -> bytes:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from kinetis_queue.backends.redis.client import RedisClient
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kinetis_queue.backends.redis.client import RedisClient
+    from kinetis_queue.backends.redis.cluster import ClusterClient
 
 
 class RedisRestartMarker:
@@ -12,7 +16,7 @@ class RedisRestartMarker:
     reaches them without the database (kinetis_queue.restart). A missing key is generation 0.
     """
 
-    def __init__(self, client: RedisClient, key: str) -> None:
+    def __init__(self, client: RedisClient | ClusterClient, key: str) -> None:
         self._client = client
         self.key = key
 

@@ -29,7 +29,10 @@ class RedisLocks(LockStore):
     def __init__(self, queue: RedisQueue) -> None:
         self.queue = queue
 
-    def key(self, lock_key: str) -> str:
+    def key(self, lock_key: str, queue: str) -> str:
+        """The lock's key; on a cluster in ``queue``'s slot (its hash tag), so a lock is per queue there."""
+        if self.queue.cluster:
+            return f"{self.queue.base(queue)}unique:{lock_key}"
         return f"{self.queue.prefix}kinetis_queue:unique:{lock_key}"
 
     def push(self, queue: Queue, prepared: PreparedPush, lock: UniqueLock) -> str:
@@ -43,8 +46,9 @@ class RedisLocks(LockStore):
         args = (prepared.id, member, ready_at, lifetime, "1" if lock.debounce else "0", prepared.envelope.priority)
         job_id, outcome = self.queue._client.script(
             scripts.PUSH_UNIQUE,
-            (self.key(lock.key), keys.pending, keys.delayed, *self.queue.priority_keys(prepared.queue)),
+            (self.key(lock.key, prepared.queue), keys.pending, keys.delayed, *self.queue.priority_keys(prepared.queue)),
             args,
+            durable=True,
         )
         holder: str = job_id.decode("ascii")
         if outcome == b"held" and lock.raise_duplicate:
@@ -60,4 +64,4 @@ class RedisLocks(LockStore):
         self._release(job, lock)
 
     def _release(self, job: QueuedJob, lock: HeldLock) -> None:
-        self.queue._client.script(scripts.RELEASE_UNIQUE, (self.key(lock.key),), (job.id,))
+        self.queue._client.script(scripts.RELEASE_UNIQUE, (self.key(lock.key, job.queue),), (job.id,))
