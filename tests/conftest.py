@@ -24,6 +24,8 @@ from tests.support.fixtures import (  # noqa: F401  (pytest finds fixtures in co
     connection,
     moto_server,
     outcomes,
+    pgbouncer,
+    pgbouncer_row,
     queue_name,
     rabbitmq_queues,
     sqs_queues,

@@ -60,6 +60,16 @@ BACKENDS = [
     Backend(
         "sql-postgres", "postgres", service="PostgreSQL at 127.0.0.1:5432", database="postgres", orders_by_priority=True
     ),
+    # The same PostgreSQL through PgBouncer in transaction pooling (tests/support/pgbouncer.py, started by the
+    # pgbouncer_row fixture): no session state, so no LISTEN (the worker polls), no prepared push.
+    Backend(
+        "sql-pgbouncer",
+        "pgbouncer",
+        service="PgBouncer (started by the tests) before PostgreSQL at 127.0.0.1:5432",
+        database="pgbouncer",
+        orders_by_priority=True,
+        setup="pgbouncer_row",
+    ),
     Backend("sql-mariadb", "mariadb", service="MariaDB at 127.0.0.1:3306", database="mariadb", orders_by_priority=True),
     # Spec: leases expire by Redis TIME (recovered by timeout); settlements fenced on the leased envelope.
     Backend("redis", "redis", service="Redis at 127.0.0.1:6379", orders_by_priority=True),
