@@ -41,6 +41,10 @@ class Backend:
     #: Issue 19, docs/priority.md: the store orders jobs within a queue by priority (SQL: an indexed
     #: column; Redis: a sorted set). False for SQS and RabbitMQ, which refuse a priority other than 0.
     orders_by_priority: bool = False
+    #: Behind a transaction pooler (PgBouncer, docs/backends/pgbouncer.md): the client's sessions are not the
+    #: server's, so a fault aimed at the worker's server sessions (pg_terminate_backend by application_name)
+    #: lands on whichever clients the pool lends them to, the test's own included.
+    pooled: bool = False
 
     @property
     def refuses_priority(self) -> bool:
@@ -69,6 +73,7 @@ BACKENDS = [
         database="pgbouncer",
         orders_by_priority=True,
         setup="pgbouncer_row",
+        pooled=True,
     ),
     Backend("sql-mariadb", "mariadb", service="MariaDB at 127.0.0.1:3306", database="mariadb", orders_by_priority=True),
     # Spec: leases expire by Redis TIME (recovered by timeout); settlements fenced on the leased envelope.
