@@ -47,6 +47,10 @@ PROCESSES = [1, 2, 4, 8, 16]
 SAMPLE = 0.1
 #: Jobs per push_many() call while filling a queue.
 PUSH_CHUNK = 1000
+#: Most jobs per SQS run by default (--sqs-n): moto is an emulator whose cost per job grows with the depth.
+SQS_N = 2000
+#: A window shorter than this is reported, but flagged: a few readings make a rough rate.
+SHORT_WINDOW = 1.0
 #: Seconds the workers may take to start, and a drain to finish.
 START_TIMEOUT = 180.0
 DRAIN_TIMEOUT = 1800.0
@@ -80,6 +84,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--concurrency", type=_int_list, default=[1], help="--concurrency values of each worker (default 1)"
     )
     parser.add_argument("--stores", type=_stores, default=STORES, help=f"default {','.join(STORES)}")
+    parser.add_argument(
+        "--sqs-n",
+        type=positive_int,
+        default=SQS_N,
+        help=f"at most this many jobs per SQS run (default {SQS_N}): moto's receive reads the whole queue, so its "
+        "cost per job grows with the queue's depth",
+    )
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write every run as JSON")
     return parser.parse_args(argv)
 
@@ -210,6 +221,22 @@ def run_one(store: str, processes: int, concurrency: int, n: int, moto: Moto | N
     name = f"scale-{store}-{processes}x{concurrency}-{uuid.uuid4().hex[:8]}"
     prepare_queue(store, name)
     queue = connections.build(store)
+    try:
+        return _measure(store, processes, concurrency, n, moto, queue, name)
+    finally:
+        if store in ("redis", "postgres") and queue.size(name):  # a failed run: leave no job behind (the
+            queue.clear(name)  # RabbitMQ and SQS queues are deleted with theirs)
+        control.resume(name, connection=store)
+        remove_queue(store, queue, name)
+        if hasattr(queue, "dispose"):
+            queue.dispose()
+
+
+def _measure(
+    store: str, processes: int, concurrency: int, n: int, moto: Moto | None, queue: Any, name: str
+) -> dict[str, Any]:
+    from kinetis_queue import control
+
     control.pause(name, connection=store)
     push_rate = _fill(queue, name, n)
     env = _environment(moto)
@@ -224,7 +251,8 @@ def run_one(store: str, processes: int, concurrency: int, n: int, moto: Moto | N
             if time.monotonic() > deadline or any(worker.poll() is not None for worker in workers):
                 raise RuntimeError(f"{store}: {processes} workers did not all start")
             time.sleep(0.2)  # the registry row is written by another process: poll it
-        whole = server_probe(store, moto)[1]  # counters over the whole drain (PostgreSQL's lag while busy)
+        start = _snapshot(store, moto, time.perf_counter(), n, pids)
+        whole = start.counters  # counters over the whole drain too (PostgreSQL's lag while busy)
         control.resume(name, connection=store)
         first = last = None
         deadline = time.monotonic() + DRAIN_TIMEOUT
@@ -259,11 +287,11 @@ def run_one(store: str, processes: int, concurrency: int, n: int, moto: Moto | N
         _worker_command(store, name, 1, "--stop-when-empty"), cwd=REPO_ROOT, env=env, check=True, timeout=600
     )
     left = queue.size(name)
-    remove_queue(store, queue, name)
-    if hasattr(queue, "dispose"):
-        queue.dispose()
     if left:
         raise RuntimeError(f"{store}: {left} jobs left after the drain")
+    assert first is not None and last is not None
+    if last.remaining >= first.remaining:  # N so small that one reading saw both ends: from the resume on
+        first = start  # (which adds the resume's delay of up to a second)
     result = meter.delta(first, last)
     if store == "postgres":
         result["pg_commits_per_job"] = commits / n
@@ -315,8 +343,9 @@ def report(results: list[dict[str, Any]]) -> str:
         store_bytes = (
             r["redis_bytes_in_per_job"] + r["redis_bytes_out_per_job"] if "redis_bytes_in_per_job" in r else None
         )
+        short = "*" if r["seconds"] < SHORT_WINDOW else ""
         lines.append(
-            f"| {r['store']} | {r['processes']} x {r['concurrency']} | {r['rate']:,.0f} | "
+            f"| {r['store']} | {r['processes']} x {r['concurrency']} | {r['rate']:,.0f}{short} | "
             f"{r['worker_cpu_ms_per_job']:.3f} | {r['server_cpu_ms_per_job']:.3f} | {r['worker_cores']:.2f} | "
             f"{r['server_cores']:.2f} | {100 * r['machine_busy']:.0f} % | "
             f"{'-' if trips is None else f'{trips:.2f}'} | {'-' if store_bytes is None else f'{store_bytes:.0f}'} | "
@@ -336,9 +365,10 @@ def main(argv: list[str] | None = None) -> int:
                 for processes in args.processes:
                     if store == "postgres":
                         _vacuum()
-                    log(f"bench.scale: {store}, {processes} x {concurrency}, {args.n} jobs")
+                    n = min(args.n, args.sqs_n) if store == "sqs" else args.n
+                    log(f"bench.scale: {store}, {processes} x {concurrency}, {n} jobs")
                     try:
-                        result = run_one(store, processes, concurrency, args.n, moto)
+                        result = run_one(store, processes, concurrency, n, moto)
                     except (RuntimeError, subprocess.SubprocessError) as exc:
                         errors.append(str(exc))
                         log(f"bench.scale: FAILED: {exc}")
@@ -348,8 +378,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if moto is not None:
             moto.stop()
-    print(f"## Scale: N={args.n} no-op jobs per run, {os.cpu_count()} CPUs, {platform.platform()}\n")
+    print(f"## Scale: N={args.n} no-op jobs per run (SQS at most {args.sqs_n}), {os.cpu_count()} CPUs, ")
+    print(f"{platform.platform()}\n")
     print(report(results))
+    print(
+        f"\nRates between 90 % and 10 % of N left; * marks a window under {SHORT_WINDOW:g} s (a rough rate: "
+        "raise --n). Round trips: Redis commands, PostgreSQL commits (over the whole drain). Loopback bytes count "
+        "the machine's other loopback traffic too."
+    )
     if errors:
         print("\nFailed runs:\n" + "\n".join(f"- {error}" for error in errors))
     if args.json is not None:

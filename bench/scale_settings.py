@@ -23,6 +23,8 @@ del DATABASES["mariadb"]
 DATABASES["default"]["OPTIONS"] = {"timeout": 20}
 
 REDIS_URL = os.environ.get("KINETIS_SCALE_REDIS_URL", "redis://127.0.0.1:6379/13")
+#: The smoke test (tests/bench/test_scale_harness.py) gives its run a prefix of its own, to delete afterwards.
+REDIS_PREFIX = os.environ.get("KINETIS_SCALE_REDIS_PREFIX", "kinetis_scale:")
 RABBITMQ_URL = os.environ.get("KINETIS_SCALE_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
 #: Nothing listens at the fallback, so a stray SQS call fails instead of reaching AWS.
 SQS_ENDPOINT = os.environ.get("KINETIS_SCALE_SQS_ENDPOINT", "http://127.0.0.1:9")
@@ -31,7 +33,7 @@ KINETIS_QUEUE = {
     "DEFAULT_CONNECTION": "postgres",
     "CONNECTIONS": {
         "postgres": {"BACKEND": "sql", "DATABASE": "postgres"},
-        "redis": {"BACKEND": "redis", "URL": REDIS_URL, "PREFIX": "kinetis_scale:"},
+        "redis": {"BACKEND": "redis", "URL": REDIS_URL, "PREFIX": REDIS_PREFIX},
         "rabbitmq": {"BACKEND": "rabbitmq", "URL": RABBITMQ_URL},
         "sqs": {"BACKEND": "sqs", "REGION": "us-east-1", "ENDPOINT_URL": SQS_ENDPOINT},
     },
