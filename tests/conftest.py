@@ -122,6 +122,13 @@ def _delete_redis_test_keys() -> None:
         client.close()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _pgbouncer_running(request: pytest.FixtureRequest) -> None:
+    """PgBouncer runs for the whole session: besides the sql-pgbouncer row, what walks every database alias
+    (queue_prune, the checks) reaches the pgbouncer alias too (tests/support/pgbouncer.py; about 0.1 s)."""
+    request.getfixturevalue("pgbouncer")
+
+
 @pytest.fixture(autouse=True)
 def _db(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
     with django_db_blocker.unblock():

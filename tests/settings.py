@@ -139,6 +139,8 @@ KINETIS_QUEUE = {
         "sqsmaria": {**_SQS, "OUTBOX": "mariadb"},
         "rabbitmaria": {**_RABBITMQ, "OUTBOX": "mariadb"},
         "redislite": {**_REDIS, "OUTBOX": "default"},
+        # The outbox in PostgreSQL through PgBouncer (tests/specific/test_sql_pgbouncer.py): the relay polls.
+        "redisbouncer": {**_REDIS, "OUTBOX": "pgbouncer"},
     },
     "POLL_TIMEOUT": 1,
     # Off for the suite (every push and worker would write minute rows beside the tests' own writes);

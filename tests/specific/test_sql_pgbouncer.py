@@ -3,7 +3,8 @@
 The conformance suite and the kill storm run on the sql-pgbouncer row like on any other; this module checks
 what is particular to the pooler (kinetis_queue/backends/sql/pooling.py): the worker leaves no session
 setting on the pool's server connections (another client would inherit it), an idle worker polls
-instead of LISTENing (a LISTEN would stay on a server session lent to others), and a push prepares nothing.
+instead of LISTENing (a LISTEN would stay on a server session lent to others), and so does an outbox relay
+whose outbox database is pooled, and a push prepares nothing.
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ from typing import Any
 
 import pytest
 from django.db import connections as db_connections
+from django.db import transaction
 
 from kinetis_queue import connections as queue_connections
 from kinetis_queue.backends.sql import SqlQueue
 from kinetis_queue.backends.sql.pooling import transaction_pooled
 from kinetis_queue.backends.sql.queue import POLLING_POLL_PAUSE
+from kinetis_queue.background import BackgroundLoop
+from kinetis_queue.conf import connection_settings
+from kinetis_queue.models import OutboxRecord
+from kinetis_queue.outbox.relay import Relay
 from tests.jobs import Noop
 
 
@@ -90,3 +96,25 @@ def test_a_push_prepares_no_statement(pooled: SqlQueue, queue_name: str) -> None
     assert prepared == {0}
     assert pooled.size(queue_name) == 10
     pooled.clear(queue_name)
+
+
+def test_an_idle_relay_of_a_pooled_outbox_polls_and_sends_a_committed_row(pgbouncer: Any, queue_name: str) -> None:
+    """The redisbouncer connection keeps its outbox in PostgreSQL through PgBouncer: the write's NOTIFY reaches
+    no relay there, so the relay polls (OUTBOX_POLL) and never opens a LISTEN connection."""
+    queue = queue_connections.build("redisbouncer")
+    settings = connection_settings("redisbouncer")
+    assert settings.outbox is not None
+    relay = Relay(queue, settings.outbox)
+    loop = BackgroundLoop("outbox relay", relay.step, on_stop=relay.close)
+    loop.start()
+    try:
+        with transaction.atomic(using="pgbouncer"):
+            job_id = queue.push(Noop(), queue=queue_name)
+        job = queue.pop(10, [queue_name])
+        assert job is not None and job.id == job_id
+        queue.ack(job)
+        assert relay._listener is None
+    finally:
+        loop.stop()
+        OutboxRecord.objects.using("pgbouncer").filter(connection="redisbouncer").delete()
+        queue.dispose()
