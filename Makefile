@@ -6,6 +6,8 @@
 #   make demo      the testproject demo on SQLite, in its own venv (.venv-demo: the app and Django only;
 #                  no services, no system packages, no root)
 #   make bench     benchmarks (python -m bench, bench.redis, bench.rabbitmq, bench.outbox); needs the services
+#   make bench-scale  jobs/s against 1-16 worker processes per store (python -m bench.scale; BENCH_ARGS such as
+#                  --n 20000 --processes 1,2,4 for a short run); docs/capacity.md reads it
 #   make bench-peers  kinetis-queue beside Dramatiq, Celery, RQ, Huey, procrastinate and django-tasks-db
 #                  (python -m bench.peers) in their own venv (.venv-bench: the project + the bench extra)
 #   make storms    the fault scenarios of many processes killed for a minute or more (-m storm), with figures
@@ -54,7 +56,7 @@ export COVERAGE_TOTALS := import json, sys; t = json.load(sys.stdin)["totals"]; 
 	f"({t['covered_lines']}/{t['num_statements']}), branches {t['percent_branches_covered']:.1f}%", \
 	f"({t['covered_branches']}/{t['num_branches']})")
 
-.PHONY: venv venv52 demo-venv bench-venv demo lint typecheck checks services test bench bench-peers storms soak clean
+.PHONY: venv venv52 demo-venv bench-venv demo lint typecheck checks services test bench bench-scale bench-peers storms soak clean
 
 # ---- virtual environments ------------------------------------------------------------------------
 
@@ -178,6 +180,10 @@ bench: venv services
 	"$(PY)" -m bench.rabbitmq $(BENCH_ARGS)
 	"$(PY)" -m bench.outbox
 	"$(PY)" -m bench.observability
+
+# Worker processes against jobs/s on Redis, PostgreSQL, RabbitMQ and SQS (moto), 100,000 jobs per run by default.
+bench-scale: venv services
+	"$(PY)" -m bench.scale $(BENCH_ARGS)
 
 # kinetis-queue beside its peers, one worker process each (bench/peers); BENCH_ARGS such as --quick or --peers.
 bench-peers: bench-venv services

@@ -4,10 +4,12 @@
 #   faketime                    for tests that shift the clock of a subprocess
 #   chromium, chromium-driver   headless browser and its WebDriver for tests/operator/browser (Selenium is told to
 #                               use /usr/bin/chromedriver and never downloads one)
+#   pgbouncer                   the sql-pgbouncer row: PostgreSQL through PgBouncer in transaction pooling
+#                               (tests/support/pgbouncer.py starts its own; the package's service is not used)
 # Quiet when nothing is missing or the install succeeds; prints apt's output when it fails.
 set -euo pipefail
 
-PACKAGES=(libmariadb-dev pkg-config faketime chromium chromium-driver)
+PACKAGES=(libmariadb-dev pkg-config faketime chromium chromium-driver pgbouncer)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -24,6 +24,8 @@ from tests.support.fixtures import (  # noqa: F401  (pytest finds fixtures in co
     connection,
     moto_server,
     outcomes,
+    pgbouncer,
+    pgbouncer_row,
     queue_name,
     rabbitmq_queues,
     redis_cluster,
@@ -136,6 +138,20 @@ def _delete_redis_test_keys() -> None:
             client.delete(*left)
     finally:
         client.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _pgbouncer_running(request: pytest.FixtureRequest) -> None:
+    """PgBouncer runs for the whole session: besides the sql-pgbouncer row, what walks every database alias
+    (queue_prune, the checks) reaches the pgbouncer alias too (tests/support/pgbouncer.py; about 0.1 s).
+    Without the pgbouncer binary only the tests that need it fail, naming scripts/system-deps.sh."""
+    from tests.support.pgbouncer import binary
+
+    try:
+        binary()
+    except RuntimeError:
+        return
+    request.getfixturevalue("pgbouncer")
 
 
 @pytest.fixture(autouse=True)

@@ -31,6 +31,10 @@ REDIS_CLUSTER_NODES = os.environ.get("KINETIS_TESTS_REDIS_CLUSTER", "redis://127
 #: A local Sentinel set's sentinels (comma-separated), set by the redis_sentinels fixture.
 REDIS_SENTINELS = os.environ.get("KINETIS_TESTS_REDIS_SENTINELS", "redis://127.0.0.1:9").split(",")
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
+#: PgBouncer in front of the PostgreSQL test database, in transaction pooling (tests/support/pgbouncer.py): the
+#: session fixture starts it on a free port and sets this variable, which worker subprocesses inherit. Nothing
+#: listens at the fallback, so a test that reaches the alias without the fixture fails at once.
+PGBOUNCER_PORT = os.environ.get("KINETIS_TESTS_PGBOUNCER_PORT", "9")
 
 SECRET_KEY = "kinetis-queue-tests"
 USE_TZ = True
@@ -90,6 +94,19 @@ DATABASES = {
         "PORT": "5432",
         "TEST": {"NAME": PG_TEST_NAME},
     },
+    # The PostgreSQL test database again, through PgBouncer (pool_mode = transaction). A test mirror: no database
+    # of its own is created (PgBouncer is not running yet when the test databases are), the NAME is postgres's.
+    # DISABLE_SERVER_SIDE_CURSORS is Django's setting for transaction pooling; the SQL backend reads it as
+    # "no session state" too (kinetis_queue/backends/sql/pooling.py).
+    "pgbouncer": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": PG_TEST_NAME if SUBPROCESS else "test",
+        "USER": "postgres",
+        "HOST": "127.0.0.1",
+        "PORT": PGBOUNCER_PORT,
+        "DISABLE_SERVER_SIDE_CURSORS": True,
+        "TEST": {"MIRROR": "postgres"},
+    },
     "mariadb": {
         "ENGINE": "django.db.backends.mysql",
         "NAME": MARIADB_TEST_NAME if SUBPROCESS else "test",
@@ -120,6 +137,7 @@ KINETIS_QUEUE = {
         "sqlite": {"BACKEND": "sql", "DATABASE": "default", "VISIBILITY_TIMEOUT": 1},
         "postgres": {"BACKEND": "sql", "DATABASE": "postgres", "VISIBILITY_TIMEOUT": 1},
         "mariadb": {"BACKEND": "sql", "DATABASE": "mariadb", "VISIBILITY_TIMEOUT": 1},
+        "pgbouncer": {"BACKEND": "sql", "DATABASE": "pgbouncer", "VISIBILITY_TIMEOUT": 1},
         # A per-run key prefix (worker subprocesses inherit the run id), and per-test queue names.
         "redis": _REDIS,
         "rediscluster": _REDIS_CLUSTER,
@@ -143,6 +161,8 @@ KINETIS_QUEUE = {
         "sqsmaria": {**_SQS, "OUTBOX": "mariadb"},
         "rabbitmaria": {**_RABBITMQ, "OUTBOX": "mariadb"},
         "redislite": {**_REDIS, "OUTBOX": "default"},
+        # The outbox in PostgreSQL through PgBouncer (tests/specific/test_sql_pgbouncer.py): the relay polls.
+        "redisbouncer": {**_REDIS, "OUTBOX": "pgbouncer"},
     },
     "POLL_TIMEOUT": 1,
     # Off for the suite (every push and worker would write minute rows beside the tests' own writes);

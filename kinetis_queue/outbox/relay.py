@@ -12,7 +12,8 @@ SQLite has no SKIP LOCKED: the relay takes the database's write lock first (``BE
 one relay sends at a time, and pushes wait meanwhile (a batch's round trip): fine for development.
 
 Waiting: on PostgreSQL an idle relay LISTENs on the connection's channel, which every outbox write
-NOTIFYs at commit, so a committed row is relayed at once; elsewhere it polls every OUTBOX_POLL.
+NOTIFYs at commit, so a committed row is relayed at once; elsewhere it polls every OUTBOX_POLL, and so it
+does behind a transaction pooler, where a LISTEN outlives no transaction (kinetis_queue/backends/sql/pooling.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
 
 from kinetis_queue import crashpoints
+from kinetis_queue.backends.sql.pooling import transaction_pooled
 from kinetis_queue.conf import OutboxSettings
 from kinetis_queue.contracts import PreparedPush, Queue
 from kinetis_queue.envelope import decode_envelope
@@ -167,8 +169,8 @@ class Relay:
     # -- waiting ----------------------------------------------------------------------------------
 
     def _wait(self, seconds: float) -> None:
-        """Until a NOTIFY of this connection's channel (PostgreSQL) or OUTBOX_POLL (elsewhere)."""
-        if connections[self.database].vendor != "postgresql":
+        """Until a NOTIFY of this connection's channel (PostgreSQL) or OUTBOX_POLL (elsewhere, and pooled)."""
+        if connections[self.database].vendor != "postgresql" or transaction_pooled(self.database):
             time.sleep(min(seconds, self.settings.poll))
             return
         listener = self._listen()

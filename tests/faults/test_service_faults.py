@@ -35,7 +35,10 @@ from tests.support.backends import BACKENDS, SQL_BACKENDS, Backend
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(180)]
 
 REDIS = [b for b in BACKENDS if settings.KINETIS_QUEUE["CONNECTIONS"][b.connection]["BACKEND"] == "redis"]
-POSTGRES = [b for b in SQL_BACKENDS if settings.DATABASES[b.database or ""]["ENGINE"].endswith("postgresql")]
+#: Not behind a pooler: there the worker's server sessions are shared with other clients (Backend.pooled).
+POSTGRES = [
+    b for b in SQL_BACKENDS if settings.DATABASES[b.database or ""]["ENGINE"].endswith("postgresql") and not b.pooled
+]
 
 
 class Pusher(threading.Thread):

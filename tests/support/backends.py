@@ -44,6 +44,10 @@ class Backend:
     #: The fault tier (tests/faults/) runs on this row; False for a row only the conformance suite and named
     #: fault scenarios cover (tests/conftest.py deselects the rest).
     fault_tier: bool = True
+    #: Behind a transaction pooler (PgBouncer, docs/backends/pgbouncer.md): the client's sessions are not the
+    #: server's, so a fault aimed at the worker's server sessions (pg_terminate_backend by application_name)
+    #: lands on whichever clients the pool lends them to, the test's own included.
+    pooled: bool = False
 
     @property
     def refuses_priority(self) -> bool:
@@ -62,6 +66,17 @@ BACKENDS = [
     Backend("sql-sqlite", "sqlite", database="default", orders_by_priority=True),
     Backend(
         "sql-postgres", "postgres", service="PostgreSQL at 127.0.0.1:5432", database="postgres", orders_by_priority=True
+    ),
+    # The same PostgreSQL through PgBouncer in transaction pooling (tests/support/pgbouncer.py, started by the
+    # pgbouncer_row fixture): no session state, so no LISTEN (the worker polls), no prepared push.
+    Backend(
+        "sql-pgbouncer",
+        "pgbouncer",
+        service="PgBouncer (started by the tests) before PostgreSQL at 127.0.0.1:5432",
+        database="pgbouncer",
+        orders_by_priority=True,
+        setup="pgbouncer_row",
+        pooled=True,
     ),
     Backend("sql-mariadb", "mariadb", service="MariaDB at 127.0.0.1:3306", database="mariadb", orders_by_priority=True),
     # Spec: leases expire by Redis TIME (recovered by timeout); settlements fenced on the leased envelope.

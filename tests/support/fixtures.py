@@ -1,7 +1,7 @@
 """The fixtures every test folder uses (tests/conftest.py imports them so pytest finds them).
 
 ``connection`` is parametrized over every backend row of tests/support/backends.py; ``backend`` is its
-row; each backend's setup fixture (``sqs_queues``, ``rabbitmq_queues``) reaches around its queue.
+row; each backend's setup fixture (``sqs_queues``, ``rabbitmq_queues``, ``pgbouncer_row``) reaches around its queue.
 """
 
 from __future__ import annotations
@@ -149,6 +149,48 @@ def sqs_queues(moto_server: Any, queue_name: str) -> Any:
     from tests.support.sqs_server import SqsTestQueues
 
     return SqsTestQueues(moto_server, queue_name)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """PgBouncer in transaction pooling before the PostgreSQL test database, once per session (support/pgbouncer.py).
+
+    After the test databases exist (the pgbouncer alias mirrors postgres's), and stopped before they are
+    dropped, so no pooled server connection holds the database then. The alias's PORT is set here for
+    this process, and through KINETIS_TESTS_PGBOUNCER_PORT for worker subprocesses (tests/settings.py).
+    """
+    from django.db import connections as db_connections
+
+    from tests.support.pgbouncer import PORT_VARIABLE, PgBouncer
+
+    upstream = settings.DATABASES["postgres"]
+    alias = db_connections["pgbouncer"]
+    with (
+        pytest.MonkeyPatch.context() as env,
+        PgBouncer.running(
+            tmp_path_factory.mktemp("pgbouncer"), upstream["USER"], upstream["HOST"], int(upstream["PORT"])
+        ) as server,
+    ):
+        env.setenv(PORT_VARIABLE, str(server.port))
+        alias.close()
+        env.setitem(alias.settings_dict, "PORT", str(server.port))
+        env.setitem(settings.DATABASES["pgbouncer"], "PORT", str(server.port))
+        try:
+            yield server
+        finally:
+            queue_connections.queues.dispose_all()
+            alias.close()
+
+
+@pytest.fixture
+def pgbouncer_row(pgbouncer: Any) -> Any:
+    """The sql-pgbouncer row's setup: PgBouncer is running; nothing to do to a built queue."""
+    return _NoSupport()
+
+
+class _NoSupport:
+    def prepare(self, queue: Any) -> None:
+        pass
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from django.db.utils import load_backend
 
 from kinetis_queue.backends.sql.claim import claim_many, rollback_quietly
 from kinetis_queue.backends.sql.options import OPTIONS
+from kinetis_queue.backends.sql.pooling import transaction_pooled
 from kinetis_queue.backends.sql.tables import explain
 from kinetis_queue.backends.sql.timeouts import DEFAULT_OPERATION_TIMEOUT, bounded, client_options
 from kinetis_queue.backends.sql.unique import SqlLocks
@@ -158,7 +159,8 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     leave a transaction open on it. On PostgreSQL that connection commits asynchronously
     (``synchronous_commit = off``): a database crash can forget the last claims and settlements,
     which re-runs those jobs (at-least-once holds, and the token fence rejects the old receipt);
-    pushes stay synchronous.
+    pushes stay synchronous. Behind a transaction pooler (an alias with DISABLE_SERVER_SIDE_CURSORS)
+    none of that session state is set, and idle workers poll instead of LISTENing (pooling.py).
     """
 
     backend_name = "sql"
@@ -204,12 +206,15 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         """POLL_PAUSE, or by default LISTENING_POLL_PAUSE on PostgreSQL and POLLING_POLL_PAUSE elsewhere."""
         if self._poll_pause is not None:
             return self._poll_pause
-        listens = connections[self.database].vendor == "postgresql"
-        return LISTENING_POLL_PAUSE if listens else POLLING_POLL_PAUSE
+        return LISTENING_POLL_PAUSE if self._listens() else POLLING_POLL_PAUSE
 
     @poll_pause.setter
     def poll_pause(self, seconds: float) -> None:
         self._poll_pause = seconds
+
+    def _listens(self) -> bool:
+        """Whether idle waits LISTEN: PostgreSQL, unless behind a transaction pooler (pooling.py)."""
+        return connections[self.database].vendor == "postgresql" and not transaction_pooled(self.database)
 
     # -- connections ----------------------------------------------------------------------------
 
@@ -232,7 +237,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         if db.connection is None:
             with db.wrap_database_errors:  # a refused connection is Django's OperationalError, as everywhere
                 db.connect()
-            if db.vendor == "postgresql":
+            if db.vendor == "postgresql" and not transaction_pooled(self.database):
                 with bounded(db, self.operation_timeout), db.cursor() as cursor:
                     cursor.execute(WORKER_SESSION)
         return db
@@ -290,7 +295,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         try:
             if db.vendor == "postgresql":
                 params.append(channel(queue))
-                if self.prepared_statements and not db.queries_logged:
+                if self.prepared_statements and not db.queries_logged and not transaction_pooled(self.database):
                     self._push_prepared(db, params)
                     return
             with db.cursor() as cursor:
@@ -382,8 +387,8 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         that is a large share of the time (``python -m bench`` shows it). The statement still runs on
         Django's own connection for the alias, so it joins an open ``atomic()`` block exactly like
         ``db.cursor()`` would, and errors are wrapped into Django's as usual. Skipped under DEBUG, whose query log needs
-        Django's cursor, and when PREPARED_STATEMENTS is False (a pooler that cannot keep
-        prepared statements).
+        Django's cursor, when PREPARED_STATEMENTS is False, and behind a transaction pooler
+        (pooling.py), which cannot keep a prepared statement.
         """
         cursor = self._raw_cursor(db)
         raw = db.connection
@@ -433,7 +438,8 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             return db, claim_many(db, queues, limit, now, now - self._visibility_timeout)
 
     def _wait(self, queues: tuple[str, ...], seconds: float) -> None:
-        """PostgreSQL: wait up to ``seconds`` for a NOTIFY on one of ``queues``' channels; elsewhere, sleep.
+        """PostgreSQL: wait up to ``seconds`` for a NOTIFY on one of ``queues``' channels; elsewhere (and
+        behind a transaction pooler), sleep.
 
         The LISTEN runs on a connection of its own per thread, kept open. Notifications that arrive
         between two waits (during a claim) are kept by the client and end the next wait at once, so
@@ -444,7 +450,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         A failing listener is dropped (the next wait opens another) and the pause is slept instead:
         the claim reports the database's state.
         """
-        if connections[self.database].vendor != "postgresql":
+        if not self._listens():
             time.sleep(seconds)
             return
         try:
