@@ -1,0 +1,105 @@
+"""MkDocs hooks of the documentation site (mkdocs.yml): reference pages generated from the code itself.
+
+A page holding ``<!-- generated: commands -->`` gets every management command with each of its options, read
+from the command's own argparse parser; ``<!-- generated: checks -->`` gets every system check id with the
+docstring of the check function that reports it (read with ``ast``, nothing imported). So the reference cannot
+fall behind the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "kinetis_queue"
+_CHECK_ID = re.compile(r"^kinetis_queue\.[EW]\d{3}$")
+
+
+def _setup_django() -> None:
+    import django
+
+    for path in (str(ROOT), str(ROOT / "testproject")):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    django.setup()
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _option_row(action: argparse.Action) -> str:
+    if action.option_strings:
+        names = ", ".join(f"`{o}`" for o in action.option_strings)
+        if action.nargs != 0:
+            names += f" `{action.metavar or action.dest.upper()}`"
+    else:
+        names = f"`{action.metavar or action.dest.upper()}`" + (" ..." if action.nargs in ("+", "*") else "")
+    default = "" if action.default in (None, False, argparse.SUPPRESS) or action.nargs == 0 else f"`{action.default}`"
+    choices = f" (one of {', '.join(f'`{c}`' for c in action.choices)})" if action.choices else ""
+    return f"| {names} | {default} | {_cell((action.help or '') % vars(action) if action.help else '')}{choices} |"
+
+
+def commands_markdown() -> str:
+    """One section per queue_* command: its help, its usage line and a table of its own options."""
+    from django.core.management import BaseCommand, load_command_class
+
+    _setup_django()
+    common = {a.dest for a in BaseCommand().create_parser("manage.py", "x")._actions}
+    names = sorted(p.stem for p in (PACKAGE / "management" / "commands").glob("queue_*.py"))
+    out: list[str] = []
+    for name in names:
+        command = load_command_class("kinetis_queue", name)
+        parser = command.create_parser("manage.py", name)
+        own = [a for a in parser._actions if a.dest not in common]
+        out += [f"## `{name}`", "", _cell(command.help or ""), "", "```text", parser.format_usage().strip(), "```", ""]
+        if own:
+            out += ["| option | default | meaning |", "|---|---|---|", *(_option_row(a) for a in own), ""]
+        else:
+            out += ["No options of its own.", ""]
+    return "\n".join(out)
+
+
+def checks_markdown() -> str:
+    """Each check id, with the docstring of every function that reports it and where that function lives."""
+    found: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            doc = ast.get_docstring(node) or ""
+            for inner in ast.walk(node):
+                if (
+                    isinstance(inner, ast.keyword)
+                    and inner.arg == "id"
+                    and isinstance(inner.value, ast.Constant)
+                    and isinstance(inner.value.value, str)
+                    and _CHECK_ID.match(inner.value.value)
+                ):
+                    found[inner.value.value].add((f"{module}.{node.name}", doc))
+    rows = ["| id | level | reported by | what it checks |", "|---|---|---|---|"]
+    for check_id in sorted(found):
+        level = "Error" if check_id.split(".")[1].startswith("E") else "Warning"
+        for where, doc in sorted(found[check_id]):
+            rows.append(f"| `{check_id}` | {level} | `{where}` | {_cell(doc.split(chr(10) + chr(10))[0])} |")
+    return "\n".join(rows) + "\n"
+
+
+GENERATORS = {"commands": commands_markdown, "checks": checks_markdown}
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    for name, generate in GENERATORS.items():
+        marker = f"<!-- generated: {name} -->"
+        if marker in markdown:
+            markdown = markdown.replace(marker, generate())
+    return markdown
