@@ -68,29 +68,41 @@ def commands_markdown() -> str:
     return "\n".join(out)
 
 
+def _message(call: ast.Call) -> str:
+    """The message a check reports when the code writes it out (a literal or an f-string), else nothing."""
+    if not call.args or not isinstance(call.args[0], ast.Constant | ast.JoinedStr):
+        return ""
+    text = ast.unparse(call.args[0])
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
 def checks_markdown() -> str:
-    """Each check id, with the docstring of every function that reports it and where that function lives."""
-    found: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    """Each check id, where it is reported, the message as the code writes it, and the docstring's summary."""
+    found: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
     for path in sorted(PACKAGE.rglob("*.py")):
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.FunctionDef):
                 continue
-            doc = ast.get_docstring(node) or ""
-            for inner in ast.walk(node):
-                if (
-                    isinstance(inner, ast.keyword)
-                    and inner.arg == "id"
-                    and isinstance(inner.value, ast.Constant)
-                    and isinstance(inner.value.value, str)
-                    and _CHECK_ID.match(inner.value.value)
-                ):
-                    found[inner.value.value].add((f"{module}.{node.name}", doc))
-    rows = ["| id | level | reported by | what it checks |", "|---|---|---|---|"]
+            summary = (ast.get_docstring(node) or "").split("\n\n")[0]
+            for call in ast.walk(node):
+                if not isinstance(call, ast.Call):
+                    continue
+                for keyword in call.keywords:
+                    value = keyword.value
+                    if (
+                        keyword.arg == "id"
+                        and isinstance(value, ast.Constant)
+                        and isinstance(value.value, str)
+                        and _CHECK_ID.match(value.value)
+                    ):
+                        found[value.value].add((f"{module}.{node.name}", _message(call), summary))
+    rows = ["| id | level | reported by | message (as the code writes it) | the check |", "|---|---|---|---|---|"]
     for check_id in sorted(found):
         level = "Error" if check_id.split(".")[1].startswith("E") else "Warning"
-        for where, doc in sorted(found[check_id]):
-            rows.append(f"| `{check_id}` | {level} | `{where}` | {_cell(doc.split(chr(10) + chr(10))[0])} |")
+        for where, message, summary in sorted(found[check_id]):
+            shown = f"`{_cell(message)}`" if message else ""
+            rows.append(f"| `{check_id}` | {level} | `{where}` | {shown} | {_cell(summary)} |")
     return "\n".join(rows) + "\n"
 
 
