@@ -129,6 +129,10 @@ def test_the_wheel_installs_and_runs_the_tutorial(dist: Dist, project: tuple[Pat
     assert "shop.jobs.SendReceipt" in on_redis
 
     python = cwd / ".venv" / "bin" / "python"
+    # The failed-jobs table lives in the Django database whatever the store: order -1's record is still listed.
+    failed = _run([str(python), "manage.py", "queue_failed"], cwd=cwd, env=env)
+    assert failed.returncode == 0, failed.stderr
+    assert "shop.jobs.SendReceipt" in failed.stdout and "ValueError" in failed.stdout, failed.stdout
     frozen = _run([str(python), "-m", "pip", "list", "--format", "json"], env=env)
     have = {p["name"].lower() for p in json.loads(frozen.stdout)}
     assert {"kinetis-queue", "django", "redis"} <= have
