@@ -188,7 +188,7 @@ docs: venv
 	"$(PY)" -m mkdocs build --strict --clean
 
 docs-serve: venv
-	"$(PY)" -m mkdocs serve --strict
+	"$(PY)" -m mkdocs serve --dev-addr 127.0.0.1:8000
 
 # ---- demo and benchmarks -------------------------------------------------------------------------
 

@@ -2,8 +2,9 @@
 
 A page holding ``<!-- generated: commands -->`` gets every management command with each of its options, read
 from the command's own argparse parser; ``<!-- generated: checks -->`` gets every system check id with the
-docstring of the check function that reports it (read with ``ast``, nothing imported). So the reference cannot
-fall behind the code.
+docstring of the check function that reports it (read with ``ast``, nothing imported);
+``<!-- generated: settings -->`` every ``KINETIS_QUEUE`` key with its default, from the schemas conf.py
+applies. So the reference cannot fall behind the code.
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ _CHECK_ID = re.compile(r"^kinetis_queue\.[EW]\d{3}$")
 
 
 def _setup_django() -> None:
+    """The demo project's settings (SQLite, no service), unless Django is set up already (under pytest)."""
     import django
+    from django.apps import apps
+
+    if apps.ready:
+        return
 
     for path in (str(ROOT), str(ROOT / "testproject")):
         if path not in sys.path:
@@ -106,7 +112,38 @@ def checks_markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
-GENERATORS = {"commands": commands_markdown, "checks": checks_markdown}
+def setting_keys() -> list[tuple[str, str, Any]]:
+    """(key, where it goes, default) for every key KINETIS_QUEUE accepts, as conf.py and the schemas declare them."""
+    _setup_django()
+    from kinetis_queue import conf
+
+    keys: list[tuple[str, str, Any]] = [
+        ("DEFAULT_CONNECTION", "top", "default"),
+        ("CONNECTIONS", "top", None),
+        ("IMPORTS", "top", []),
+        ("SCHEDULE", "top", None),
+        ("MAIL", "top", None),
+        *((name, "top", default) for name, default in conf.OBSERVABILITY_KEYS.items()),
+        *((o.name, "top or connection", o.default) for o in conf.SHARED_OPTIONS),
+        ("BACKEND", "connection", None),
+    ]
+    with_outbox = [b for b in conf.BUILTIN_OPTIONS if b not in conf.NO_OUTBOX]
+    keys += [(o.name, f"connection: {', '.join(with_outbox)}", o.default) for o in conf.OUTBOX_OPTIONS]
+    for backend in conf.BUILTIN_OPTIONS:
+        schema = conf.backend_options(backend)
+        assert schema is not None, backend
+        keys += [(o.name, f"connection: {backend}", o.default) for o in schema.options]
+    return keys
+
+
+def settings_markdown() -> str:
+    rows = ["| key | where | default |", "|---|---|---|"]
+    for name, where, default in setting_keys():
+        rows.append(f"| `{name}` | {where} | {'' if default is None else f'`{default!r}`'} |")
+    return "\n".join(rows) + "\n"
+
+
+GENERATORS = {"commands": commands_markdown, "checks": checks_markdown, "settings": settings_markdown}
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
