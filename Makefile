@@ -3,6 +3,9 @@
 #   make test      services, lint, typecheck, Django checks, the full suite (Django from the dev install)
 #                  with line and branch coverage of kinetis_queue/ (worker subprocesses included), then
 #                  the core + SQL suite (pytest -m core) on Django 5.2 LTS
+#   make dist      the sdist and the wheel in dist/ (python -m build), checked by twine check --strict
+#   make docs      the documentation site in build/site (MkDocs Material, strict: warnings and broken
+#                  internal links fail); make docs-serve serves it on http://127.0.0.1:8000 while you edit
 #   make demo      the testproject demo on SQLite, in its own venv (.venv-demo: the app and Django only;
 #                  no services, no system packages, no root)
 #   make bench     benchmarks (python -m bench, bench.redis, bench.rabbitmq, bench.outbox); needs the services
@@ -39,6 +42,8 @@ PYTHON_CANDIDATES := $(PYTHON) python3.13 python3.12
 PYTHON_TRIED := $(PYTHON_CANDIDATES), pyenv's versions/3.1[2-9]*, uv python find, python3
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# Material for MkDocs prints a banner about MkDocs 2 on every build; the docs extra pins mkdocs < 2.
+export NO_MKDOCS_2_WARNING := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 # Shell snippets (used inside recipes).
@@ -56,7 +61,8 @@ export COVERAGE_TOTALS := import json, sys; t = json.load(sys.stdin)["totals"]; 
 	f"({t['covered_lines']}/{t['num_statements']}), branches {t['percent_branches_covered']:.1f}%", \
 	f"({t['covered_branches']}/{t['num_branches']})")
 
-.PHONY: venv venv52 demo-venv bench-venv demo lint typecheck checks services test bench bench-scale bench-peers storms soak clean
+.PHONY: venv venv52 demo-venv bench-venv demo lint typecheck checks services test bench bench-scale bench-peers storms \
+	soak clean dist docs docs-serve
 
 # ---- virtual environments ------------------------------------------------------------------------
 
@@ -148,7 +154,7 @@ checks: venv
 
 # ---- tests ---------------------------------------------------------------------------------------
 
-test: venv venv52 services lint typecheck checks
+test: venv venv52 services lint typecheck checks docs
 	"$(PY)" -m pytest -n $(PYTEST_WORKERS) --cov --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
 	@"$(PY)" -m coverage json -q -o - | "$(PY)" -c "$$COVERAGE_TOTALS"
 	PY="$(PY)" bash scripts/django-task-tests.sh
@@ -168,6 +174,23 @@ soak: venv services storms
 	  $(PYTEST_ARGS) || status=$$?; \
 	"$(PY)" -m tests.faults.checker reports/reliability/soak | tee reports/reliability/soak/SUMMARY.md; \
 	exit $$status
+
+# ---- package and documentation --------------------------------------------------------------------
+
+# The wheel is built from the sdist (python -m build's default), so a file missing from the sdist fails here.
+# tests/packaging/test_wheel.py builds its own and installs it into a fresh venv (part of make test).
+dist: venv
+	rm -rf dist
+	"$(PY)" -m build --outdir dist .
+	"$(PY)" -m twine check --strict dist/*
+
+# The reference pages are generated while building (scripts/docs_hooks.py, mkdocstrings); the examples
+# marked in the pages run in tests/docs (part of make test's pytest run).
+docs: venv
+	"$(PY)" -m mkdocs build --strict --clean
+
+docs-serve: venv
+	"$(PY)" -m mkdocs serve --dev-addr 127.0.0.1:8000
 
 # ---- demo and benchmarks -------------------------------------------------------------------------
 
@@ -190,4 +213,4 @@ bench-peers: bench-venv services
 	"$(BENCH_VENV)/bin/python" -m bench.peers $(BENCH_ARGS)
 
 clean:
-	rm -rf "$(VENV)" "$(VENV52)" "$(DEMO_VENV)" "$(BENCH_VENV)" testproject/demo.sqlite3
+	rm -rf "$(VENV)" "$(VENV52)" "$(DEMO_VENV)" "$(BENCH_VENV)" testproject/demo.sqlite3 build dist kinetis_queue.egg-info

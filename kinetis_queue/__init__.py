@@ -22,6 +22,9 @@ from kinetis_queue.job import Job, JobContext, Sensitive
 from kinetis_queue.limits import limit_concurrency
 from kinetis_queue.values import register_value
 
+#: The one source of the version (pyproject.toml reads it; CHANGELOG.md names each release).
+__version__ = "0.1.0"
+
 __all__ = [
     "ClearableQueue",
     "DisposableQueue",
