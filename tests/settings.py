@@ -113,6 +113,8 @@ KINETIS_QUEUE = {
         "sqs": _SQS,
         # The machine's shared broker: queue names are unique per test, and each test deletes what it declared.
         "rabbitmq": _RABBITMQ,
+        # Quorum work queues and ladder tiers (docs/backends/rabbitmq.md), on the same single-node broker.
+        "rabbitmqquorum": {**_RABBITMQ, "QUEUE_TYPE": "quorum"},
         # The transactional outbox (kinetis_queue/outbox): each store with its outbox in PostgreSQL, and in MariaDB.
         "redisoutbox": {**_REDIS, "OUTBOX": "postgres"},
         "sqsoutbox": {**_SQS, "OUTBOX": "postgres"},

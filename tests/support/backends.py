@@ -85,6 +85,15 @@ BACKENDS = [
         recovers_by="connection",
         setup="rabbitmq_queues",
     ),
+    # Issue 20: the same broker with quorum queues (QUEUE_TYPE "quorum"), the ladder's tiers quorum too.
+    Backend(
+        "rabbitmq-quorum",
+        "rabbitmqquorum",
+        service="RabbitMQ at 127.0.0.1:5672",
+        fenced=False,
+        recovers_by="connection",
+        setup="rabbitmq_queues",
+    ),
 ]
 
 SQL_BACKENDS = [b for b in BACKENDS if b.database is not None]
