@@ -168,7 +168,8 @@ def test_debounce_replaces_the_waiting_holders_arguments_and_delay(
     reports = _work(connection, queue_name, 1)
     assert [(r.job_id, r.outcome) for r in reports] == [(first, JobOutcome.SUCCEEDED)]
     assert [call[1:] for call in _ran("Unique")] == [("new", first)]
-    assert connection.size(queue_name) == (1 if superseding else 0)  # the superseded message, still delayed
+    # The superseded message, still delayed (SQS FIFO: hidden by the worker that met it early, out of size()).
+    assert connection.size(queue_name) == (1 if superseding and backend.counts_delayed_push else 0)
     # The holder started: the next push is a new job.
     assert connection.push(jobs.Debounced("newer"), queue=queue_name) != first
 

@@ -419,7 +419,7 @@ class SqsStore:
         self.queue: Any = queue
 
     def _url(self, queue: str) -> str:
-        return str(self.queue.client.get_queue_url(QueueName=self.queue.queue_prefix + queue)["QueueUrl"])
+        return str(self.queue.client.get_queue_url(QueueName=self.queue.sqs_name(queue))["QueueUrl"])
 
     def remaining(self, queue: str) -> int:
         attributes = self.queue.client.get_queue_attributes(QueueUrl=self._url(queue), AttributeNames=list(self.COUNTS))
