@@ -18,7 +18,7 @@ MAX_SQS_NAME: Final = 80
 #: What FIFO adds to every SQS queue name: SQS requires it of a FIFO queue.
 FIFO_SUFFIX: Final = ".fifo"
 #: MESSAGE_GROUP's values on a FIFO connection: each message its own group (no order, no blocking: the
-#: default), or one group per queue (strict order, one job in flight per queue). docs/backends/sqs.md.
+#: default), or one group per queue (push order; no receive gets the queue's jobs while one is in flight).
 MESSAGE_GROUPS: Final = ("message", "queue")
 #: What QUEUE_PREFIX may be: room is left for a queue name of at least one character.
 QUEUE_PREFIX_RULE: Final = f"must be at most {MAX_SQS_NAME - 1} letters, digits, '-' or '_'"

@@ -140,10 +140,11 @@ class SqsQueue(RenewableQueue, DisposableQueue):
     SQS's five-minute window, while a different message under the same id (a debounce replacement, an
     unreserve() copy, which also mixes the receipt into the digest) is not mistaken for it. The
     MessageGroupId is that same id (MESSAGE_GROUP "message": no order, no group ever blocks another
-    message) or the queue's name ("queue": delivered in push order, one message of the queue in flight
-    at a time). FIFO refuses a per-message DelaySeconds, so a delay travels as the ``delay`` attribute:
-    a message received before SentTimestamp + delay is hidden (ChangeMessageVisibility) for the rest
-    of its delay and not handed out, and the attempt count leaves out that early receive.
+    message) or the queue's name ("queue": delivered in push order, and no receive gets any of the
+    queue's messages while one is in flight, though one receive may take up to ten in order). FIFO
+    refuses a per-message DelaySeconds, so a delay travels as the ``delay`` attribute: a message
+    received before SentTimestamp + delay is hidden (ChangeMessageVisibility) for the rest of its
+    delay and not handed out, and the attempt count leaves out that early receive.
     """
 
     backend_name = "sqs"
