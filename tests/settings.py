@@ -151,8 +151,12 @@ KINETIS_QUEUE = {
         },
         # Queues are created per test (queue names are unique), so no prefix is needed.
         "sqs": _SQS,
+        # FIFO queues (names ending in .fifo; docs/backends/sqs.md), each message its own group.
+        "sqsfifo": {**_SQS, "FIFO": True},
         # The machine's shared broker: queue names are unique per test, and each test deletes what it declared.
         "rabbitmq": _RABBITMQ,
+        # Quorum work queues and ladder tiers (docs/backends/rabbitmq.md), on the same single-node broker.
+        "rabbitmqquorum": {**_RABBITMQ, "QUEUE_TYPE": "quorum"},
         # The transactional outbox (kinetis_queue/outbox): each store with its outbox in PostgreSQL, and in MariaDB.
         "redisoutbox": {**_REDIS, "OUTBOX": "postgres"},
         "sqsoutbox": {**_SQS, "OUTBOX": "postgres"},

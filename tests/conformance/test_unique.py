@@ -164,11 +164,12 @@ def test_debounce_replaces_the_waiting_holders_arguments_and_delay(
     first = connection.push(jobs.Debounced("old"), queue=queue_name, delay=60)
     assert connection.push(jobs.Debounced("new"), queue=queue_name) == first
 
-    superseding = backend.id in ("sqs", "rabbitmq")
+    superseding = backend.id.split("-")[0] in ("sqs", "rabbitmq")
     reports = _work(connection, queue_name, 1)
     assert [(r.job_id, r.outcome) for r in reports] == [(first, JobOutcome.SUCCEEDED)]
     assert [call[1:] for call in _ran("Unique")] == [("new", first)]
-    assert connection.size(queue_name) == (1 if superseding else 0)  # the superseded message, still delayed
+    # The superseded message, still delayed (SQS FIFO: hidden by the worker that met it early, out of size()).
+    assert connection.size(queue_name) == (1 if superseding and backend.counts_delayed_push else 0)
     # The holder started: the next push is a new job.
     assert connection.push(jobs.Debounced("newer"), queue=queue_name) != first
 
@@ -180,7 +181,7 @@ def test_a_superseded_delivery_is_skipped(connection: Queue, queue_name: str, ba
     first = connection.push(jobs.Debounced("old"), queue=queue_name)
     assert connection.push(jobs.Debounced("new"), queue=queue_name) == first
 
-    n = 2 if backend.id in ("sqs", "rabbitmq") else 1
+    n = 2 if backend.id.split("-")[0] in ("sqs", "rabbitmq") else 1
     reports = _work(connection, queue_name, n)
     assert sorted(r.outcome for r in reports) == sorted([JobOutcome.SUCCEEDED] + [JobOutcome.SKIPPED] * (n - 1))
     assert [call[1] for call in _ran()] == ["new"]

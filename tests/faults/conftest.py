@@ -75,6 +75,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in ours:
         if item.get_closest_marker("soak") is not None and not run_soak:
             item.add_marker(skip_soak)
+        row = _row(item)
+        if row is not None and not row.full_fault_tier and Path(str(item.path)).name != "test_kill_storm.py":
+            item.add_marker(pytest.mark.skip(reason=f"{row.id}: the fault tier runs its kill storm only (Backend)"))
+
+
+def _row(item: pytest.Item) -> Backend | None:
+    """The backend row a fault test is parametrized with (as ``connection`` or ``backend``), if any."""
+    params = getattr(item, "callspec", None)
+    for name in ("connection", "backend"):
+        value = params.params.get(name) if params is not None else None
+        if isinstance(value, Backend):
+            return value
+    return None
 
 
 @pytest.fixture

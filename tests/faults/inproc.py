@@ -248,7 +248,9 @@ def route(
         from kinetis_queue.backends.sqs import queue as sqs
         from tests.support.fixtures import BACKEND_SUPPORT
 
-        BACKEND_SUPPORT[backend.id].create(queue_name)  # the backend never creates a queue
+        fifo = base.options.get("FIFO", False)
+        # The backend never creates a queue (a FIFO connection's SQS name ends in .fifo).
+        BACKEND_SUPPORT[backend.id].create(queue_name + (".fifo" if fifo else ""))
         monkeypatch.setattr(sqs, "CONNECT_TIMEOUT", 1)
         monkeypatch.setattr(sqs, "READ_TIMEOUT", 2)
         parts = urlsplit(base.options["ENDPOINT_URL"])
@@ -262,6 +264,8 @@ def route(
                 endpoint_url=endpoint,
                 visibility_timeout=visibility_timeout,
                 connection=base.name,
+                fifo=fifo,
+                message_group=base.options.get("MESSAGE_GROUP", "message"),
             )
 
         return Route(backend, proxy, make_sqs, 2.0, attempts=3, backoff=3.0, pop_overrun=1.0)
@@ -282,7 +286,12 @@ def route(
         proxy.start()
         url = urlunsplit(parts._replace(netloc=f"{parts.username}:{parts.password}@127.0.0.1:{proxy.port}"))
         return Route(
-            backend, proxy, lambda: rabbitmq_queue.RabbitMqQueue(url=url, heartbeat=2, connection=base.name), 2.0
+            backend,
+            proxy,
+            lambda: rabbitmq_queue.RabbitMqQueue(
+                url=url, heartbeat=2, connection=base.name, queue_type=base.options.get("QUEUE_TYPE", "classic")
+            ),
+            2.0,
         )
     raise NotImplementedError(f"no fault route for {backend.id}")
 

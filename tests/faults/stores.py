@@ -419,7 +419,13 @@ class SqsStore:
         self.queue: Any = queue
 
     def _url(self, queue: str) -> str:
-        return str(self.queue.client.get_queue_url(QueueName=self.queue.queue_prefix + queue)["QueueUrl"])
+        return str(self.queue.client.get_queue_url(QueueName=self.queue.sqs_name(queue))["QueueUrl"])
+
+    def _send(self, **message: Any) -> None:
+        """SendMessage as another writer would; on a FIFO queue with a group and deduplication id of its own."""
+        if self.queue.fifo:
+            message = {**message, "MessageGroupId": uuid.uuid4().hex, "MessageDeduplicationId": uuid.uuid4().hex}
+        self.queue.client.send_message(**message)
 
     def remaining(self, queue: str) -> int:
         attributes = self.queue.client.get_queue_attributes(QueueUrl=self._url(queue), AttributeNames=list(self.COUNTS))
@@ -463,7 +469,7 @@ class SqsStore:
         message: dict[str, Any] = {"QueueUrl": self._url(queue), "MessageBody": body}
         if attributes:
             message["MessageAttributes"] = attributes
-        self.queue.client.send_message(**message)
+        self._send(**message)
 
     def inject_job(self, queue: str, job_class: str, args: dict[str, Any], max_attempts: int | None) -> str:
         body = _valid_body(job_class, args)
@@ -472,7 +478,7 @@ class SqsStore:
             if max_attempts is None
             else {"MessageAttributes": {"maxAttempts": {"DataType": "Number", "StringValue": str(max_attempts)}}}
         )
-        self.queue.client.send_message(QueueUrl=self._url(queue), MessageBody=body, **attributes)
+        self._send(QueueUrl=self._url(queue), MessageBody=body, **attributes)
         return str(json.loads(body)["id"])
 
     def inject_fields(self, queue: str, fields: dict[str, Any]) -> bool:
@@ -497,7 +503,7 @@ class SqsStore:
             return False  # SQS refuses it at send (moto accepts some, then fails every receive)
         attributes["metadata"] = {"DataType": "String", "StringValue": text}
         try:
-            self.queue.client.send_message(QueueUrl=self._url(queue), MessageBody=body, MessageAttributes=attributes)
+            self._send(QueueUrl=self._url(queue), MessageBody=body, MessageAttributes=attributes)
         except Exception:  # SQS refuses the text (a NUL, a lone surrogate) or the number: no message holds it
             return False
         return True

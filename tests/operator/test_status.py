@@ -77,18 +77,20 @@ def test_queue_status_figures_match_the_store(
         )
     stats = queue.stats(queue_name)
     assert stats.ready is not None and stats.delayed is not None, "Queue.stats() does not split size()"
-    reserved = None if backend.id == "rabbitmq" else 1
-    approximate = backend.id in ("sqs", "rabbitmq")
+    reserved = None if backend.id.split("-")[0] == "rabbitmq" else 1
+    approximate = backend.id.split("-")[0] in ("sqs", "rabbitmq")
     assert stats.approximate is approximate
 
     figures = json.loads(run("queue_status", f"--connection={backend.connection}", f"--queue={queue_name}", "--json"))
     [shown] = figures["connections"]
     assert shown["connection"] == backend.connection and shown["error"] is None
     [row] = shown["queues"]
+    # SQS FIFO emulates delays: SQS sees the delayed message as a ready one until a worker meets it.
+    ready, delayed = (1, 1) if backend.counts_delayed_push else (2, 0)
     assert (row["queue"], row["ready"], row["delayed"], row["reserved"], row["failed"]) == (
         queue_name,
-        1,
-        1,
+        ready,
+        delayed,
         reserved,
         2,
     )
@@ -98,13 +100,13 @@ def test_queue_status_figures_match_the_store(
     table = run("queue_status", f"--connection={backend.connection}", f"--queue={queue_name}").splitlines()
     header = ["CONNECTION", "BACKEND", "QUEUE", "READY", "DELAYED", "RESERVED", "WAITING", "FAILED", "PAUSED"]
     assert table[0].split() == header
-    cells = [_cell(n, approximate) for n in (1, 1, reserved, 2)]
+    cells = [_cell(n, approximate) for n in (ready, delayed, reserved, 2)]
     assert table[1].split()[2:] == [queue_name, *cells, "2", "no"]
     assert row["paused"] is False
 
     queue.ack(held)
     after = queue.stats(queue_name)
-    assert (after.ready, after.delayed, after.reserved) == (1, 1, None if reserved is None else 0)
+    assert (after.ready, after.delayed, after.reserved) == (ready, delayed, None if reserved is None else 0)
     if hasattr(queue, "clear"):
         queue.clear(queue_name)
 

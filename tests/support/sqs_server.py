@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -128,7 +129,9 @@ class SqsTestQueues:
     def create(self, name: str) -> str:
         url = self.urls.get(name)
         if url is None:
-            url = self.urls[name] = str(self.admin.create_queue(QueueName=name)["QueueUrl"])
+            # A FIFO connection's names end in .fifo (SqsQueue.sqs_name): SQS requires the attribute too.
+            attributes = {"FifoQueue": "true"} if name.endswith(".fifo") else {}
+            url = self.urls[name] = str(self.admin.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"])
         return url
 
     def prepare(self, queue: Any) -> None:
@@ -192,5 +195,8 @@ class SqsTestQueues:
             name: {key: value for key, value in attribute.items() if key in ("DataType", "StringValue")}
             for name, attribute in message.get("MessageAttributes", {}).items()
         }
-        self.admin.send_message(QueueUrl=url, MessageBody=json.dumps(body), MessageAttributes=attributes)
+        fifo: dict[str, str] = {}
+        if url.endswith(".fifo"):  # a fresh deduplication id: the original's would drop the replacement
+            fifo = {"MessageGroupId": uuid.uuid4().hex, "MessageDeduplicationId": uuid.uuid4().hex}
+        self.admin.send_message(QueueUrl=url, MessageBody=json.dumps(body), MessageAttributes=attributes, **fifo)
         self.admin.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])

@@ -16,6 +16,12 @@ real queue through the default exchange. Dead-lettering keeps the routing key, s
 between hops. Every tier and exchange name contains a ``.``, which the queue-name grammar
 forbids, so no application queue can collide with one.
 
+With quorum queues (QUEUE_TYPE "quorum") the holding queues are quorum queues too, replicated like
+the work queue, and dead-letter "at-least-once" (RabbitMQ 3.10 and later): the broker moves an
+expired message on only once its target has it, where a classic queue's dead-lettering is at most
+once. That strategy requires ``x-overflow: reject-publish``; the tiers have no length limit, so it
+never refuses a publish.
+
 This module holds the names, the routing-key maths and the declarations; it talks to the broker
 only through the channel it is given.
 """
@@ -79,16 +85,29 @@ def binding_pattern(tier: int, bit: str) -> str:
     return ".".join(words)
 
 
-def holding_arguments(queue: str, tier: int) -> dict[str, Any]:
+#: What a quorum holding queue adds to its arguments (see the module's docstring).
+QUORUM_HOLDING: Final = {
+    "x-queue-type": "quorum",
+    "x-dead-letter-strategy": "at-least-once",
+    "x-overflow": "reject-publish",
+}
+
+
+def holding_arguments(queue: str, tier: int, quorum: bool = False) -> dict[str, Any]:
     """The holding queue's arguments: its TTL and where it dead-letters (the next exchange down)."""
+    extra = QUORUM_HOLDING if quorum else {}
     if tier == 0:
         # The last hop: the default exchange routes by queue name, and the real queue's name
         # replaces the bits as the routing key.
-        return {"x-message-ttl": 1000, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": queue}
-    return {"x-message-ttl": tier_seconds(tier) * 1000, "x-dead-letter-exchange": tier_exchange(queue, tier - 1)}
+        return {"x-message-ttl": 1000, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": queue, **extra}
+    return {
+        "x-message-ttl": tier_seconds(tier) * 1000,
+        "x-dead-letter-exchange": tier_exchange(queue, tier - 1),
+        **extra,
+    }
 
 
-def declare_tier(channel: Any, queue: str, tier: int) -> None:
+def declare_tier(channel: Any, queue: str, tier: int, quorum: bool = False) -> None:
     """Declare tier ``tier`` of ``queue``'s ladder: its exchange, holding queue and both bindings.
 
     The tier below (or, for tier 0, the real queue) must exist already: it is this tier's
@@ -97,7 +116,7 @@ def declare_tier(channel: Any, queue: str, tier: int) -> None:
     exchange = tier_exchange(queue, tier)
     holding = holding_queue(queue, tier)
     channel.exchange_declare(exchange, "topic", durable=True, auto_delete=False)
-    channel.queue_declare(holding, durable=True, auto_delete=False, arguments=holding_arguments(queue, tier))
+    channel.queue_declare(holding, durable=True, auto_delete=False, arguments=holding_arguments(queue, tier, quorum))
     channel.queue_bind(holding, exchange, binding_pattern(tier, "1"))
     if tier == 0:
         channel.queue_bind(queue, exchange, binding_pattern(0, "0"))
@@ -105,14 +124,14 @@ def declare_tier(channel: Any, queue: str, tier: int) -> None:
         channel.exchange_bind(tier_exchange(queue, tier - 1), exchange, binding_pattern(tier, "0"))
 
 
-def count_tier(channel: Any, queue: str, tier: int) -> int:
+def count_tier(channel: Any, queue: str, tier: int, quorum: bool = False) -> int:
     """Messages waiting in tier ``tier``: the count the broker returns when the queue is declared.
 
     A redeclaration with the same arguments is idempotent and, unlike a passive one, never closes
     the channel because another process deleted the queue.
     """
     declared = channel.queue_declare(
-        holding_queue(queue, tier), durable=True, auto_delete=False, arguments=holding_arguments(queue, tier)
+        holding_queue(queue, tier), durable=True, auto_delete=False, arguments=holding_arguments(queue, tier, quorum)
     )
     return int(declared.message_count)
 

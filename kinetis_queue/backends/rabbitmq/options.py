@@ -16,6 +16,9 @@ DEFAULT_URL: Final = "amqp://guest:guest@localhost:5672//"
 DEFAULT_HEARTBEAT: Final = 60
 #: Largest heartbeat interval AMQP can negotiate (an unsigned short).
 MAX_HEARTBEAT: Final = 65535
+#: QUEUE_TYPE's values: RabbitMQ's classic queues (the default), or quorum queues (replicated by Raft;
+#: docs/backends/rabbitmq.md, "Quorum queues").
+QUEUE_TYPES: Final = ("classic", "quorum")
 #: Seconds a concurrency slot (kinetis_queue.limits) is leased for, renewed while its job runs: a
 #: delivery has no visibility timeout here to borrow, so this bounds how long a crashed worker's slots stay taken.
 DEFAULT_SLOT_LEASE: Final = 60
@@ -26,10 +29,16 @@ def _url(value: Any, path: KeyPath) -> None:
         raise fail(path, "must be an amqp:// or amqps:// URL")
 
 
+def _queue_type(value: Any, path: KeyPath) -> None:
+    if value not in QUEUE_TYPES or type(value) is not str:
+        raise fail(path, f"must be one of {', '.join(repr(name) for name in QUEUE_TYPES)}")
+
+
 OPTIONS = BackendOptions(
     (
         Option("URL", DEFAULT_URL, _url),
         Option("HEARTBEAT", DEFAULT_HEARTBEAT, integer(0, MAX_HEARTBEAT)),
         Option("SLOT_LEASE", DEFAULT_SLOT_LEASE, integer(1, 86_400)),
+        Option("QUEUE_TYPE", "classic", _queue_type),
     )
 )

@@ -22,6 +22,7 @@ from kinetis_queue.backends.rabbitmq.options import (
     DEFAULT_URL,
     MAX_HEARTBEAT,
     OPTIONS,
+    QUEUE_TYPES,
 )
 from kinetis_queue.backends.rabbitmq.session import Session, parse_url
 from kinetis_queue.conf import ConnectionSettings
@@ -111,6 +112,13 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
     at most 4,194,303 s. Heartbeats are serviced by a background thread, so a job longer than the
     heartbeat interval keeps its connection and its delivery.
 
+    Queue type (QUEUE_TYPE): classic queues, or quorum queues (``x-queue-type: quorum``) for the work
+    queue and every ladder tier, the tiers dead-lettering at least once. No ``x-delivery-limit`` is
+    set: max_attempts is counted by the ``attempts`` header as on classic queues, and every broker
+    redelivery a sweep meets is republished (a new message, its x-delivery-count back at 0), so the
+    broker's count of one message stays at a redelivery or two (docs/backends/rabbitmq.md). A queue
+    already declared with the other type is a QueueConfigurationError naming QUEUE_TYPE.
+
     The queue is thread-safe: every use of its one connection holds a lock (py-amqp is not
     thread-safe), released while pop() waits on the socket between sweeps and while a job runs.
     """
@@ -125,6 +133,7 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         heartbeat: int = DEFAULT_HEARTBEAT,
         connection: str | None = None,
         slot_lease: int = DEFAULT_SLOT_LEASE,
+        queue_type: str = "classic",
     ) -> None:
         super().__init__(connection=connection)
         key = "url" if connection is None else f"KINETIS_QUEUE['CONNECTIONS'][{connection!r}]['URL']"
@@ -134,6 +143,14 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             raise QueueConfigurationError(f"{key} must be an int of seconds from 0 (off) to {MAX_HEARTBEAT}")
         #: The heartbeat interval proposed to the broker, in seconds (0: none).
         self.heartbeat = heartbeat
+        if type(queue_type) is not str or queue_type not in QUEUE_TYPES:
+            key = "queue_type" if connection is None else f"KINETIS_QUEUE['CONNECTIONS'][{connection!r}]['QUEUE_TYPE']"
+            raise QueueConfigurationError(f"{key} must be one of {', '.join(repr(name) for name in QUEUE_TYPES)}")
+        #: "classic" or "quorum": the type of the work queues and their ladder tiers.
+        self.queue_type = queue_type
+        self._quorum = queue_type == "quorum"
+        #: The arguments every declaration of a work queue carries (the broker refuses a mismatch).
+        self._queue_arguments: dict[str, Any] | None = {"x-queue-type": "quorum"} if self._quorum else None
         self._slot_lease = slot_lease
         self._lock = threading.RLock()
         self._session: Session | None = None
@@ -146,6 +163,7 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             heartbeat=settings.options["HEARTBEAT"],
             connection=settings.name,
             slot_lease=settings.options["SLOT_LEASE"],
+            queue_type=settings.options["QUEUE_TYPE"],
         )
 
     def slot_lease(self) -> float:
@@ -487,7 +505,10 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         with self._using() as session:
             self._declare_ladder(session, queue, ladder.TOP_TIER)
             # Top tier first, the way a delayed message travels; each count is a separate read.
-            delayed = sum(ladder.count_tier(session.publisher, queue, tier) for tier in range(ladder.TOP_TIER, -1, -1))
+            delayed = sum(
+                ladder.count_tier(session.publisher, queue, tier, self._quorum)
+                for tier in range(ladder.TOP_TIER, -1, -1)
+            )
             # Deliveries our consumer received and no pop handed out yet are waiting work too.
             ready = self._count(session, queue) + len(session.buffers.get(queue, ()))
         return QueueStats(waiting=ready + delayed, ready=ready, delayed=delayed, approximate=True)
@@ -537,22 +558,45 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
     # -- helpers ----------------------------------------------------------------------------------
 
     def _declare(self, session: Session, queue: str) -> None:
-        """Declare the queue durable on its first touch by this connection."""
+        """Declare the queue durable (of QUEUE_TYPE's type) on its first touch by this connection."""
         if queue not in session.declared:
             self._touched.add(queue)
-            session.publisher.queue_declare(queue, durable=True, auto_delete=False)
+            with self._declaring(session, queue):
+                session.publisher.queue_declare(queue, durable=True, auto_delete=False, arguments=self._queue_arguments)
             session.declared.add(queue)
 
     def _declare_ladder(self, session: Session, queue: str, top: int) -> None:
         """Declare the queue and its ladder tiers up to ``top``, bottom up (each tier's target first)."""
         self._declare(session, queue)
         for tier in range(session.ladders.get(queue, -1) + 1, top + 1):
-            ladder.declare_tier(session.publisher, queue, tier)
+            with self._declaring(session, queue):
+                ladder.declare_tier(session.publisher, queue, tier, self._quorum)
             session.ladders[queue] = tier
 
-    @staticmethod
-    def _count(session: Session, queue: str) -> int:
-        return int(session.publisher.queue_declare(queue, durable=True, auto_delete=False).message_count)
+    @contextmanager
+    def _declaring(self, session: Session, queue: str) -> Iterator[None]:
+        """Turn the broker's refusal of a redeclaration with other arguments (406, which closes the
+        channel: the connection is dropped) into an error naming QUEUE_TYPE."""
+        try:
+            yield
+        except amqp.exceptions.PreconditionFailed as exc:
+            self._discard(session)
+            setting = (
+                "queue_type"
+                if self.connection is None
+                else f"KINETIS_QUEUE['CONNECTIONS'][{self.connection!r}]['QUEUE_TYPE']"
+            )
+            raise QueueConfigurationError(
+                f"RabbitMQ refused to declare queue {queue!r} (or a tier of its delay ladder) as a "
+                f"{self.queue_type} queue: it exists with other arguments ({exc.reply_text}). A queue's type "
+                f"cannot change: set {setting} to the type it has, or drain and delete the queue"
+            ) from exc
+
+    def _count(self, session: Session, queue: str) -> int:
+        declared = session.publisher.queue_declare(
+            queue, durable=True, auto_delete=False, arguments=self._queue_arguments
+        )
+        return int(declared.message_count)
 
     def _message(
         self, session: Session, queue: str, seconds: int, body: bytes, headers: dict[str, Any], job_id: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import threading
@@ -15,9 +16,11 @@ from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnec
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
 
 from kinetis_queue.backends.sqs.options import (
+    FIFO_SUFFIX,
     MAX_DELAY,
     MAX_SQS_NAME,
     MAX_VISIBILITY_TIMEOUT,
+    MESSAGE_GROUPS,
     OPTIONS,
     QUEUE_PREFIX_RULE,
     is_queue_prefix,
@@ -80,9 +83,16 @@ MAX_ATTEMPTS_ATTRIBUTE = "maxAttempts"
 METADATA_ATTRIBUTE = "metadata"
 #: Attempts completed before the message was sent again by unreserve(); absent on a pushed message.
 ATTEMPTS_ATTRIBUTE = "attempts"
-#: What the attempts attribute can add to a message: name, type and a count of up to ten digits. The
-#: size check of every push leaves this room, so a job can always be sent again by unreserve().
+#: FIFO only: a delayed message's delay in whole seconds, counted from its SentTimestamp (FIFO queues
+#: refuse a per-message DelaySeconds; see SqsQueue's docstring).
+DELAY_ATTRIBUTE = "delay"
+#: What the attempts attribute can add to a message: name, type and a count of up to ten digits, and on a
+#: FIFO queue the delay attribute (three digits). The size check of every push leaves this room, so a job
+#: can always be sent again by unreserve().
 ATTEMPTS_ROOM = len(ATTEMPTS_ATTRIBUTE) + len("Number") + 10
+DELAY_ROOM = len(DELAY_ATTRIBUTE) + len("Number") + len(str(MAX_DELAY))
+#: Hex digits of the message digest in a FIFO MessageDeduplicationId (after the job id and a "-").
+DIGEST_LENGTH = 32
 #: A stored count in canonical decimal form.
 COUNT = re.compile(r"0|[1-9][0-9]{0,9}")
 
@@ -95,7 +105,7 @@ class SqsHandle(NamedTuple):
 
 
 class SqsQueue(RenewableQueue, DisposableQueue):
-    """Jobs as messages on existing standard SQS queues (FIFO queues are not supported).
+    """Jobs as messages on existing SQS queues: standard ones, or FIFO ones with FIFO set.
 
     Message: the body is ASCII-escaped JSON holding ``id``, ``pushedAt``, ``class`` and ``args``, so
     SQS's character rules can never alter it; ``maxAttempts`` is a Number attribute when set, and
@@ -123,6 +133,18 @@ class SqsQueue(RenewableQueue, DisposableQueue):
     thread of the worker (job threads, heartbeat, reserving loop), with a connection pool sized for
     them (MAX_POOL_CONNECTIONS); they are built once on first use, under a lock, with boto3's
     credential chain, and closed by dispose().
+
+    FIFO (docs/backends/sqs.md, "FIFO queues"): every SQS name gets the ``.fifo`` suffix. Each message
+    carries a MessageDeduplicationId, ``{job id}-{digest}`` (the digest of its body and attributes),
+    so a send repeated after a lost reply (``send()`` of the same PreparedPush) is stored once within
+    SQS's five-minute window, while a different message under the same id (a debounce replacement, an
+    unreserve() copy, which also mixes the receipt into the digest) is not mistaken for it. The
+    MessageGroupId is that same id (MESSAGE_GROUP "message": no order, no group ever blocks another
+    message) or the queue's name ("queue": delivered in push order, and no receive gets any of the
+    queue's messages while one is in flight, though one receive may take up to ten in order). FIFO
+    refuses a per-message DelaySeconds, so a delay travels as the ``delay`` attribute: a message
+    received before SentTimestamp + delay is hidden (ChangeMessageVisibility) for the rest of its
+    delay and not handed out, and the attempt count leaves out that early receive.
     """
 
     backend_name = "sqs"
@@ -139,6 +161,8 @@ class SqsQueue(RenewableQueue, DisposableQueue):
         queue_prefix: str = "",
         visibility_timeout: int = 300,
         connection: str | None = None,
+        fifo: bool = False,
+        message_group: str = "message",
     ) -> None:
         super().__init__(connection=connection)
         # Validated before any client exists (contract: QUEUE_VISIBILITY_TIMEOUT_SECONDS, 1 to MAX_VISIBILITY_TIMEOUT).
@@ -146,6 +170,16 @@ class SqsQueue(RenewableQueue, DisposableQueue):
             raise QueueConfigurationError(f"visibility_timeout must be an int from 1 to {MAX_VISIBILITY_TIMEOUT}")
         if not is_queue_prefix(queue_prefix):
             raise QueueConfigurationError(f"queue_prefix {QUEUE_PREFIX_RULE}")
+        if type(fifo) is not bool:
+            raise QueueConfigurationError("fifo must be True or False")
+        if type(message_group) is not str or message_group not in MESSAGE_GROUPS:
+            raise QueueConfigurationError(
+                f"message_group must be one of {', '.join(repr(name) for name in MESSAGE_GROUPS)}"
+            )
+        #: Whether the queues are FIFO queues (their SQS names end in ``.fifo``).
+        self.fifo = fifo
+        #: A FIFO message's MessageGroupId: its deduplication id ("message") or its queue's name ("queue").
+        self.message_group = message_group
         self.region = region
         self.endpoint_url = endpoint_url
         self.queue_prefix = queue_prefix
@@ -162,6 +196,8 @@ class SqsQueue(RenewableQueue, DisposableQueue):
             queue_prefix=settings.options["QUEUE_PREFIX"],
             visibility_timeout=settings.visibility_timeout,
             connection=settings.name,
+            fifo=settings.options["FIFO"],
+            message_group=settings.options["MESSAGE_GROUP"],
         )
 
     # -- clients ----------------------------------------------------------------------------------
@@ -207,13 +243,15 @@ class SqsQueue(RenewableQueue, DisposableQueue):
     def _check_push(self, prepared: PreparedPush) -> None:
         """SQS's own limits (name length, delay cap, message size), checked by prepare() before any I/O."""
         self._sqs_name(prepared.queue)
-        self._message(prepared.envelope, prepared.delay)
+        self._message(prepared.envelope, prepared.delay, prepared.queue)
 
-    def _message(self, envelope: Envelope, delay: float) -> dict[str, Any]:
+    def _message(self, envelope: Envelope, delay: float, queue: str, salt: str = "") -> dict[str, Any]:
         """SendMessage's arguments, less the queue URL; rejects what SQS would refuse.
 
         ``envelope.attempts`` above 0 (a copy sent by unreserve()) travels as the attempts attribute;
-        the size check always leaves room for it (ATTEMPTS_ROOM).
+        the size check always leaves room for it (ATTEMPTS_ROOM). On a FIFO queue: the delay as the
+        delay attribute, and the deduplication and group ids (``salt``: what sets an unreserve()
+        copy apart from the message it replaces, whose body and attributes it may repeat).
         """
         if delay > MAX_DELAY:
             raise InvalidQueueArgumentError(f"delay must be at most {MAX_DELAY} seconds on SQS")
@@ -225,18 +263,27 @@ class SqsQueue(RenewableQueue, DisposableQueue):
             attributes[MAX_ATTEMPTS_ATTRIBUTE] = {"DataType": "Number", "StringValue": str(envelope.max_attempts)}
         if envelope.metadata:
             attributes[METADATA_ATTRIBUTE] = {"DataType": "String", "StringValue": dumps(envelope.metadata)}
-        message: dict[str, Any] = {"MessageBody": body, "DelaySeconds": math.ceil(delay)}
+        message: dict[str, Any] = {"MessageBody": body}
+        if not self.fifo:
+            message["DelaySeconds"] = math.ceil(delay)
+        elif delay > 0:
+            attributes[DELAY_ATTRIBUTE] = {"DataType": "Number", "StringValue": str(math.ceil(delay))}
         if attributes:
             message["MessageAttributes"] = attributes
-        size = _message_bytes(message) + (0 if envelope.attempts else ATTEMPTS_ROOM)
+        room = (0 if envelope.attempts else ATTEMPTS_ROOM) + (DELAY_ROOM if self.fifo and delay <= 0 else 0)
+        size = _message_bytes(message) + room
         if size > MAX_MESSAGE_BYTES:
             raise InvalidQueueArgumentError(
                 f"the job's SQS message would be {size} bytes; SQS accepts at most {MAX_MESSAGE_BYTES}"
             )
+        if self.fifo:
+            dedup = f"{envelope.id}-{_digest(message, salt)}"
+            message["MessageDeduplicationId"] = dedup
+            message["MessageGroupId"] = queue if self.message_group == "queue" else dedup
         return message
 
     def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
-        message = self._message(envelope, delay)
+        message = self._message(envelope, delay, queue)
         self._send(self._lookup(queue), message)
 
     def _lookup(self, queue: str) -> str:
@@ -262,7 +309,7 @@ class SqsQueue(RenewableQueue, DisposableQueue):
           names the first refused job (``jobs[i]: ``) with SQS's code, and a note lists every refused
           index. A refused entry was not stored; every other job was.
         """
-        messages = [self._message(item.envelope, item.delay) for item in prepared]
+        messages = [self._message(item.envelope, item.delay, item.queue) for item in prepared]
         urls = {item.queue: "" for item in prepared}
         for queue in urls:
             urls[queue] = self._lookup(queue)
@@ -406,20 +453,49 @@ class SqsQueue(RenewableQueue, DisposableQueue):
         visibility timeout ends.
         """
         url = self._url(queue)
+        system = ["ApproximateReceiveCount"]
+        names = [ATTEMPTS_ATTRIBUTE, MAX_ATTEMPTS_ATTRIBUTE, METADATA_ATTRIBUTE]
+        if self.fifo:
+            system += ["SentTimestamp", "ApproximateFirstReceiveTimestamp"]
+            names.append(DELAY_ATTRIBUTE)
         response = self.client.receive_message(
             QueueUrl=url,
             MaxNumberOfMessages=min(limit, BATCH),
             WaitTimeSeconds=wait,
             # Overrides the queue's own attribute for the messages this application takes.
             VisibilityTimeout=self._visibility_timeout,
-            MessageSystemAttributeNames=["ApproximateReceiveCount"],
-            MessageAttributeNames=[ATTEMPTS_ATTRIBUTE, MAX_ATTEMPTS_ATTRIBUTE, METADATA_ATTRIBUTE],
+            MessageSystemAttributeNames=system,
+            MessageAttributeNames=names,
         )
         for message in response.get("Messages") or ():
+            if self.fifo and self._hidden_until_due(message, url):
+                continue
             try:
                 into.jobs.append(self._delivered(message, queue, url))
             except MalformedJobSettledError as exc:
                 into.malformed.append(exc)
+
+    def _hidden_until_due(self, message: dict[str, Any], url: str) -> bool:
+        """FIFO: whether the message is early (before SentTimestamp + its delay attribute, by this
+        machine's clock), in which case it is hidden for the rest of its delay and not handed out.
+
+        A message whose delay attribute or timestamp does not decode is not early: decode_message
+        reports it as malformed. A receipt SQS no longer honours (another receive took it) is left alone.
+        """
+        due = _due(message)
+        if due is None:
+            return False
+        left = due - time.time()
+        if left <= 0:
+            return False
+        try:
+            self.client.change_message_visibility(
+                QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=min(MAX_DELAY, math.ceil(left))
+            )
+        except ClientError as exc:
+            if not _stale(exc.response.get("Error", {})):
+                raise
+        return True
 
     def _delivered(self, message: dict[str, Any], queue: str, url: str) -> QueuedJob:
         """One received message as a delivery; a malformed one is deleted and MalformedJobSettledError raised."""
@@ -531,7 +607,9 @@ class SqsQueue(RenewableQueue, DisposableQueue):
             job.max_attempts,
             job.metadata,
         )
-        self._send(handle.queue_url, self._message(envelope, delay))
+        # On a FIFO queue the copy may repeat the delivered message's body and attributes (no attempt
+        # completed, no delay): the receipt, which no other message has, sets its deduplication id apart.
+        self._send(handle.queue_url, self._message(envelope, delay, job.queue, salt=handle.receipt_handle))
         try:
             self.client.delete_message(QueueUrl=handle.queue_url, ReceiptHandle=handle.receipt_handle)
         except Exception as exc:
@@ -575,13 +653,18 @@ class SqsQueue(RenewableQueue, DisposableQueue):
 
     def _sqs_name(self, queue: str) -> str:
         """The SQS queue name behind a valid queue name; InvalidQueueArgumentError when the prefix makes it too long."""
-        name = self.queue_prefix + queue
+        name = self.queue_prefix + queue + (FIFO_SUFFIX if self.fifo else "")
         if len(name) > MAX_SQS_NAME:
+            suffix = f" and the {FIFO_SUFFIX!r} suffix of a FIFO queue" if self.fifo else ""
             raise InvalidQueueArgumentError(
-                f"queue name {queue!r} is too long for QUEUE_PREFIX {self.queue_prefix!r}: "
+                f"queue name {queue!r} is too long for QUEUE_PREFIX {self.queue_prefix!r}{suffix}: "
                 f"SQS names are at most {MAX_SQS_NAME} characters"
             )
         return name
+
+    def sqs_name(self, queue: str) -> str:
+        """The name of the SQS queue behind ``queue``: QUEUE_PREFIX + queue (+ ``.fifo`` with FIFO)."""
+        return self._sqs_name(validate_queue_name(queue))
 
     def queue_known(self, queue: str) -> bool:
         """Whether the SQS queue exists (GetQueueUrl); other errors propagate."""
@@ -625,9 +708,50 @@ def decode_message(message: dict[str, Any], queue: str, handle: SqsHandle) -> Qu
     metadata: Any = {}
     if METADATA_ATTRIBUTE in attributes:
         metadata = decode_metadata(loads(_attribute(attributes, METADATA_ATTRIBUTE, "String")))
+    if DELAY_ATTRIBUTE in attributes:
+        receive_count -= _early_receives(message, receive_count)
     # Attempts completed: those carried by a copy unreserve() sent, plus this message's earlier receives.
     envelope = envelope_from_body(body, carried + receive_count - 1, max_attempts, metadata)
     return QueuedJob.delivered(envelope, queue, handle)
+
+
+def _due(message: dict[str, Any]) -> float | None:
+    """A FIFO message's due time (epoch seconds): SentTimestamp + its delay attribute; None if it has none
+    or either does not decode (decode_message then reports the message as malformed)."""
+    delay = message.get("MessageAttributes", {}).get(DELAY_ATTRIBUTE)
+    sent = message.get("Attributes", {}).get("SentTimestamp")
+    if type(delay) is not dict or delay.get("DataType") != "Number" or type(sent) is not str:
+        return None
+    text = delay.get("StringValue")
+    if type(text) is not str or COUNT.fullmatch(text) is None or not sent.isdigit():
+        return None
+    return int(sent) / 1000 + int(text)
+
+
+def _early_receives(message: dict[str, Any], receive_count: int) -> int:
+    """1 when this FIFO message was received before it was due (and hidden until then), else 0.
+
+    The first receive's time and the due time are both SQS's clock. Only one early receive is left out:
+    a worker that died between an early receive and hiding the message costs its job an attempt, as a
+    worker that dies after any receive does.
+    """
+    due = _due(message)
+    if due is None:
+        _attribute(message.get("MessageAttributes", {}), DELAY_ATTRIBUTE, "Number")
+        raise MalformedQueuedJobDataError("stored job data is malformed: delay or SentTimestamp is out of range")
+    first = message.get("Attributes", {}).get("ApproximateFirstReceiveTimestamp")
+    if receive_count > 1 and type(first) is str and first.isdigit() and int(first) / 1000 < due:
+        return 1
+    return 0
+
+
+def _digest(message: dict[str, Any], salt: str) -> str:
+    """A FIFO deduplication digest: the body, the attributes (sorted) and ``salt``, hashed."""
+    hasher = hashlib.sha256(message["MessageBody"].encode())
+    for name, value in sorted(message.get("MessageAttributes", {}).items()):
+        hasher.update(f"\0{name}\0{value['DataType']}\0{value['StringValue']}".encode())
+    hasher.update(b"\0" + salt.encode())
+    return hasher.hexdigest()[:DIGEST_LENGTH]
 
 
 def _attribute(attributes: Any, name: str, data_type: str) -> Any:

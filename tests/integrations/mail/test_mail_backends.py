@@ -30,7 +30,8 @@ def test_every_message_is_one_job_and_arrives_equal_to_the_one_sent(
 ) -> None:
     """Each API queues one job per message; the worker's real backend receives every field unchanged."""
     if backend.setup == "sqs_queues":  # the mail backend's own client looks the queue up: create it first
-        request.getfixturevalue("sqs_queues").create(queue_name)
+        sqs_name = getattr(connection, "sqs_name", None)  # a FIFO connection's names end in .fifo
+        request.getfixturevalue("sqs_queues").create(queue_name if sqs_name is None else sqs_name(queue_name))
     sent: list[EmailMessage] = []
     with queued_mail(backend.connection, queue_name):
         assert send_mail("One", BODY, "from@example.com", [RECIPIENT], html_message="<b>one</b>") == 1

@@ -45,7 +45,7 @@ def _scheduler(backend: Backend, *schedules: Any, **options: Any) -> Scheduler:
     """A Scheduler on the process's queues; on SQS, its queue creates this test's queues on first lookup."""
     scheduler = Scheduler(list(schedules), **options)
     support = BACKEND_SUPPORT.get(backend.id)
-    if backend.id == "sqs" and support is not None:
+    if backend.id.split("-")[0] == "sqs" and support is not None:
         support.prepare(scheduler.queue(schedules[0]))
     return scheduler
 
