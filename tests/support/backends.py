@@ -5,6 +5,7 @@ A new backend adds one row here (and its connection in tests/settings.py).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -150,5 +151,12 @@ BACKENDS = [
         full_fault_tier=False,
     ),
 ]
+
+#: Issue 20: rows of another configuration of a store that already has its row, which together would take
+#: `make test` past its 25-minute budget (about 8 minutes at -n 2): they run with KQ_EXTENDED_ROWS=1
+#: (`make test-rows`), not in `make test`, until the suite is fast enough to hold them.
+EXTENDED_ROWS = {"sqs-fifo", "rabbitmq-quorum"}
+if os.environ.get("KQ_EXTENDED_ROWS") != "1":
+    BACKENDS = [b for b in BACKENDS if b.id not in EXTENDED_ROWS]
 
 SQL_BACKENDS = [b for b in BACKENDS if b.database is not None]
