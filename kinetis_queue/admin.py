@@ -46,17 +46,54 @@ from kinetis_queue.workflows import engine as workflow_engine
 logger = logging.getLogger("kinetis_queue")
 
 if TYPE_CHECKING:
-    _ModelAdmin = admin.ModelAdmin[FailedJob]
+    _AnyModelAdmin = admin.ModelAdmin[Any]
 else:  # ModelAdmin is generic for the type checker only
-    _ModelAdmin = admin.ModelAdmin
+    _AnyModelAdmin = admin.ModelAdmin
 
 #: Django 6.1 marks breadcrumbs up as ``<ol class="breadcrumbs">`` with ``<li>`` items; 5.2 and 6.0 as a
 #: ``<div class="breadcrumbs">`` separated by ``&rsaquo;``. Each version's CSS styles only its own.
 BREADCRUMBS_AS_LIST = django.VERSION >= (6, 1)
 
 
+class AdminPages(_AnyModelAdmin):
+    """What the app's admin pages share: their URL names, the changelist's filters carried along, and the page
+    context with breadcrumbs (Home, the app, the model's list, then the page's own)."""
+
+    def _url_name(self, name: str) -> str:
+        return f"{self.opts.app_label}_{self.opts.model_name}_{name}"
+
+    def _url(self, name: str, *args: Any) -> str:
+        return reverse(f"admin:{self._url_name(name)}", args=args)
+
+    def _preserving(self, request: HttpRequest, url: str) -> str:
+        """``url`` carrying the changelist's filters along, as Django's own admin pages do."""
+        return add_preserved_filters({"preserved_filters": self.get_preserved_filters(request), "opts": self.opts}, url)
+
+    def _page_context(
+        self, request: HttpRequest, title: str, crumbs: Iterable[tuple[str, str]], current: str
+    ) -> dict[str, Any]:
+        """The admin's page context, and breadcrumbs in the installed Django's markup (Home, the app, the
+        model's list, then ``crumbs``, then ``current``)."""
+        return {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "opts": self.opts,
+            "breadcrumbs_as_list": BREADCRUMBS_AS_LIST,
+            "crumbs": [
+                (reverse("admin:index"), "Home"),
+                (
+                    reverse("admin:app_list", kwargs={"app_label": self.opts.app_label}),
+                    self.opts.app_config.verbose_name,
+                ),
+                (self._preserving(request, self._url("changelist")), capfirst(self.opts.verbose_name_plural)),
+                *crumbs,
+            ],
+            "current": current,
+        }
+
+
 @admin.register(FailedJob)
-class FailedJobAdmin(_ModelAdmin):
+class FailedJobAdmin(AdminPages):
     # The failure time first, so no long class name can push it out of a narrow window.
     list_display = ("failed_at_shown", "job", "exception_name", "queue", "connection_shown", "attempts")
     list_display_links = ("job",)
@@ -353,16 +390,6 @@ class FailedJobAdmin(_ModelAdmin):
 
         return [*own, *dashboard_urls(self), *super().get_urls()]
 
-    def _url_name(self, name: str) -> str:
-        return f"{self.opts.app_label}_{self.opts.model_name}_{name}"
-
-    def _url(self, name: str, *args: Any) -> str:
-        return reverse(f"admin:{self._url_name(name)}", args=args)
-
-    def _preserving(self, request: HttpRequest, url: str) -> str:
-        """``url`` carrying the changelist's filters along, as Django's own admin pages do."""
-        return add_preserved_filters({"preserved_filters": self.get_preserved_filters(request), "opts": self.opts}, url)
-
     def return_to(self, request: HttpRequest) -> str:
         """The ``next`` the request names (POST, else GET) when it is a path on this site, else "": an
         operation started from the dashboard returns there, and no parameter can send anyone elsewhere."""
@@ -383,28 +410,6 @@ class FailedJobAdmin(_ModelAdmin):
     def _gone(self, request: HttpRequest, object_id: int) -> HttpResponse:
         self.message_user(request, f"There is no failed job with id {object_id}.", messages.WARNING)
         return self._to_changelist(request)
-
-    def _page_context(
-        self, request: HttpRequest, title: str, crumbs: Iterable[tuple[str, str]], current: str
-    ) -> dict[str, Any]:
-        """The admin's page context, and breadcrumbs in the installed Django's markup (Home, the app,
-        Failed jobs, then ``crumbs``, then ``current``)."""
-        return {
-            **self.admin_site.each_context(request),
-            "title": title,
-            "opts": self.opts,
-            "breadcrumbs_as_list": BREADCRUMBS_AS_LIST,
-            "crumbs": [
-                (reverse("admin:index"), "Home"),
-                (
-                    reverse("admin:app_list", kwargs={"app_label": self.opts.app_label}),
-                    self.opts.app_config.verbose_name,
-                ),
-                (self._preserving(request, self._url("changelist")), capfirst(self.opts.verbose_name_plural)),
-                *crumbs,
-            ],
-            "current": current,
-        }
 
 
 # The schedule list (read-only) lives with the schedules.

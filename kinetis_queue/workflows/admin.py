@@ -20,27 +20,22 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import FieldListFilter
-from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.text import capfirst
 
-from kinetis_queue.admin import BREADCRUMBS_AS_LIST
+from kinetis_queue.admin import AdminPages
 from kinetis_queue.workflows import engine, handle
 from kinetis_queue.workflows.models import Workflow, WorkflowMember
 
 if TYPE_CHECKING:
     from django.contrib.admin.views.main import ChangeList
-
-    _ModelAdmin = admin.ModelAdmin[Workflow]
-else:  # ModelAdmin is generic for the type checker only
-    _ModelAdmin = admin.ModelAdmin
 
 #: The callbacks' names by member index (engine.CALLBACKS turned round), in the order a page lists them.
 CALLBACK_NAMES = {index: name for name, index in engine.CALLBACKS.items()}
@@ -105,7 +100,7 @@ class MemberLine:
 
 
 @admin.register(Workflow)
-class WorkflowAdmin(_ModelAdmin):
+class WorkflowAdmin(AdminPages):
     list_display = (
         "id_shown",
         "kind",
@@ -378,38 +373,6 @@ class WorkflowAdmin(_ModelAdmin):
             "<str:object_id>/cancel/", self.admin_site.admin_view(self.cancel_view), name=self._url_name("cancel")
         )
         return [cancel, *super().get_urls()]
-
-    def _url_name(self, name: str) -> str:
-        return f"{self.opts.app_label}_{self.opts.model_name}_{name}"
-
-    def _url(self, name: str, *args: Any) -> str:
-        return reverse(f"admin:{self._url_name(name)}", args=args)
-
-    def _preserving(self, request: HttpRequest, url: str) -> str:
-        """``url`` carrying the changelist's filters along, as Django's own admin pages do."""
-        return add_preserved_filters({"preserved_filters": self.get_preserved_filters(request), "opts": self.opts}, url)
-
-    def _page_context(
-        self, request: HttpRequest, title: str, crumbs: Iterable[tuple[str, str]], current: str
-    ) -> dict[str, Any]:
-        """The admin's page context, and breadcrumbs in the installed Django's markup (Home, the app,
-        Chains and batches, then ``crumbs``, then ``current``)."""
-        return {
-            **self.admin_site.each_context(request),
-            "title": title,
-            "opts": self.opts,
-            "breadcrumbs_as_list": BREADCRUMBS_AS_LIST,
-            "crumbs": [
-                (reverse("admin:index"), "Home"),
-                (
-                    reverse("admin:app_list", kwargs={"app_label": self.opts.app_label}),
-                    self.opts.app_config.verbose_name,
-                ),
-                (self._preserving(request, self._url("changelist")), capfirst(self.opts.verbose_name_plural)),
-                *crumbs,
-            ],
-            "current": current,
-        }
 
 
 def _when(moment: datetime | None) -> str:
