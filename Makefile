@@ -13,7 +13,7 @@
 #                  --n 20000 --processes 1,2,4 for a short run); docs/capacity.md reads it
 #   make bench-peers  kinetis-queue beside Dramatiq, Celery, RQ, Huey, procrastinate and django-tasks-db
 #                  (python -m bench.peers) in their own venv (.venv-bench: the project + the bench extra)
-#   make test-rows the backend rows kept out of make test for its time (SQS FIFO, RabbitMQ quorum): conformance + kill storm
+#   make test-rows the rows kept out of make test for its time (SQS FIFO, quorum, Redis Cluster, PgBouncer)
 #   make storms    the fault scenarios of many processes killed for a minute or more (-m storm), with figures
 #   make soak      storms, then the long fault tier (tests/faults -m soak; KQ_SOAK_SECONDS per scenario and backend)
 #
@@ -163,10 +163,10 @@ test: venv venv52 services lint typecheck checks docs
 	"$(PY52)" -m pytest -n $(PYTEST_WORKERS) -m core $(PYTEST_ARGS)
 
 # The backend rows left out of make test for its time budget (tests/support/backends.py EXTENDED_ROWS: SQS FIFO,
-# RabbitMQ quorum queues): the conformance suite and the kill storm on them.
+# RabbitMQ quorum queues, Redis Cluster, PostgreSQL behind PgBouncer): the conformance suite and the kill storm.
 test-rows: venv services
 	KQ_EXTENDED_ROWS=1 "$(PY)" -m pytest -n $(PYTEST_WORKERS) tests/conformance tests/faults/test_kill_storm.py \
-	  -k "sqs-fifo or rabbitmq-quorum" $(PYTEST_ARGS)
+	  -k "sqs-fifo or rabbitmq-quorum or redis-cluster or sql-pgbouncer" $(PYTEST_ARGS)
 
 # The fault scenarios of many processes killed for a minute or more (-m storm: the kill storms of the outbox,
 # unique jobs, workflows and limits, the multi-scheduler runs), printing their figures; part of make soak too.

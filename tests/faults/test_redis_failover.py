@@ -22,9 +22,9 @@ from tests.faults import history, procs
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
 from tests.faults.jobs import Tagged
-from tests.support.backends import BACKENDS
+from tests.support.backends import ALL_BACKENDS
 
-ROW = next(row for row in BACKENDS if row.id == "redis-cluster")
+ROW = next(row for row in ALL_BACKENDS if row.id == "redis-cluster")
 
 
 @pytest.mark.fault
