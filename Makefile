@@ -13,7 +13,8 @@
 #                  --n 20000 --processes 1,2,4 for a short run); docs/capacity.md reads it
 #   make bench-peers  kinetis-queue beside Dramatiq, Celery, RQ, Huey, procrastinate and django-tasks-db
 #                  (python -m bench.peers) in their own venv (.venv-bench: the project + the bench extra)
-#   make test-rows the rows kept out of make test for its time (SQS FIFO, quorum, Redis Cluster, PgBouncer)
+#   make test-rows the rows kept out of make test for its time (SQS FIFO, quorum, Redis Cluster, PgBouncer):
+#                  their conformance suite and kill storm; .ci/run runs it after make test
 #   make storms    the fault scenarios of many processes killed for a minute or more (-m storm), with figures
 #   make soak      storms, then the long fault tier (tests/faults -m soak; KQ_SOAK_SECONDS per scenario and backend)
 #
@@ -168,8 +169,9 @@ test: venv venv52 services lint typecheck checks docs
 
 # The backend rows left out of make test for its time budget (tests/support/backends.py EXTENDED_ROWS: SQS FIFO,
 # RabbitMQ quorum queues, Redis Cluster, PostgreSQL behind PgBouncer): the conformance suite and the kill storm.
+# CI runs it after make test (.ci/run), so every landing passes them too.
 test-rows: venv services
-	KQ_EXTENDED_ROWS=1 "$(PY)" -m pytest -n $(PYTEST_WORKERS) tests/conformance tests/faults/test_kill_storm.py \
+	KQ_EXTENDED_ROWS=1 "$(PY)" -m pytest -n $(PYTEST_WORKERS) $(RERUNS) tests/conformance tests/faults/test_kill_storm.py \
 	  -k "sqs-fifo or rabbitmq-quorum or redis-cluster or sql-pgbouncer" $(PYTEST_ARGS)
 
 # The fault scenarios of many processes killed for a minute or more (-m storm: the kill storms of the outbox,

@@ -11,7 +11,8 @@ each ``--concurrency``, on a fresh queue:
    ramp of the first deliveries or the tail of the last. At those two readings the benchmark also
    reads the CPU of the worker processes and of the store's server processes (/proc), the machine's
    busy share, the loopback bytes and the store's own counters (bench/scale_meter.py), so each figure
-   is per job of the same window;
+   is per job of the same window; RabbitMQ's connection counters (read with ``rabbitmqctl``, too heavy
+   for the window) are read before the resume and after the drain, per job of the whole drain;
 4. the workers get SIGTERM (a graceful stop); jobs they held ahead and gave back are drained by one
    more worker with ``--stop-when-empty``, untimed, and the queue must end empty.
 
@@ -99,7 +100,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 class Moto:
-    """moto's SQS server for the sqs store, on a free loopback port, with dummy credentials."""
+    """moto's SQS server for the sqs store, on a free loopback port, with dummy credentials; the workers
+    reach it through a relay that counts their API calls and bytes (``relay.endpoint``)."""
 
     def __init__(self) -> None:
         with socket.socket() as sock:
@@ -120,8 +122,10 @@ class Moto:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit("bench.scale: moto's server did not start") from None
                 time.sleep(0.1)  # a port being opened by another process: nothing to wait on
+        self.relay = meter.CountingRelay(self.port)
 
     def stop(self) -> None:
+        self.relay.close()
         self.process.terminate()
         self.process.wait(10)
 
@@ -166,7 +170,9 @@ def server_probe(store: str, moto: Moto | None) -> tuple[list[int], dict[str, fl
         return meter.postgres_info("postgres")
     if store == "rabbitmq":
         return meter.pids_named("beam.smp"), {}
-    return ([moto.process.pid] if moto is not None else []), {}
+    if moto is None:
+        return [], {}
+    return [moto.process.pid], moto.relay.counters()
 
 
 # -- one run -------------------------------------------------------------------------------------------
@@ -175,7 +181,7 @@ def server_probe(store: str, moto: Moto | None) -> tuple[list[int], dict[str, fl
 def _environment(moto: Moto | None) -> dict[str, str]:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": SETTINGS, **aws_environment()}
     if moto is not None:
-        env["KINETIS_SCALE_SQS_ENDPOINT"] = moto.endpoint
+        env["KINETIS_SCALE_SQS_ENDPOINT"] = moto.relay.endpoint
     return env
 
 
@@ -253,6 +259,7 @@ def _measure(
             time.sleep(0.2)  # the registry row is written by another process: poll it
         start = _snapshot(store, moto, time.perf_counter(), n, pids)
         whole = start.counters  # counters over the whole drain too (PostgreSQL's lag while busy)
+        amqp_before = meter.rabbitmq_connections(pids) if store == "rabbitmq" else {}
         control.resume(name, connection=store)
         first = last = None
         deadline = time.monotonic() + DRAIN_TIMEOUT
@@ -269,6 +276,7 @@ def _measure(
             time.sleep(SAMPLE)
         while queue.size(name) > 0 and time.monotonic() < deadline:
             time.sleep(SAMPLE)
+        amqp_after = meter.rabbitmq_connections(pids) if store == "rabbitmq" else {}
     finally:
         for worker in workers:
             if worker.poll() is None:
@@ -295,6 +303,8 @@ def _measure(
     result = meter.delta(first, last)
     if store == "postgres":
         result["pg_commits_per_job"] = commits / n
+    for counter, value in amqp_after.items():  # the whole drain, as PostgreSQL's commits
+        result[f"{counter}_per_job"] = (value - amqp_before[counter]) / n
     result.update(store=store, processes=processes, concurrency=concurrency, n=n, push_rate=push_rate)
     return result
 
@@ -331,18 +341,38 @@ def _vacuum() -> None:
         cursor.execute("VACUUM ANALYZE kinetis_queue_jobs")
 
 
+def store_ops(r: dict[str, Any]) -> tuple[float | None, float | None]:
+    """A run's operations and bytes per job at the store, as each store counts them (None: not counted).
+
+    Redis: commands (each ``redis.call`` in a script counts) and its bytes in and out; PostgreSQL: commits;
+    RabbitMQ: the broker's socket reads and writes on the workers' connections, and their bytes; SQS: API
+    calls from the workers, and their bytes (requests and replies).
+    """
+    for ops, bytes_in, bytes_out in (
+        ("redis_commands", "redis_bytes_in", "redis_bytes_out"),
+        ("pg_commits", None, None),
+        ("amqp_reads", "amqp_bytes_in", "amqp_bytes_out"),
+        ("sqs_calls", "sqs_bytes_in", "sqs_bytes_out"),
+    ):
+        if f"{ops}_per_job" in r:
+            total = (
+                r[f"{ops}_per_job"] + r.get("amqp_writes_per_job", 0.0) if ops == "amqp_reads" else r[f"{ops}_per_job"]
+            )
+            if bytes_in is None:
+                return total, None
+            return total, r[f"{bytes_in}_per_job"] + r[f"{bytes_out}_per_job"]
+    return None, None
+
+
 def report(results: list[dict[str, Any]]) -> str:
     """The Markdown table: one row per run."""
     lines = [
         "| store | processes x concurrency | jobs/s | worker CPU ms/job | server CPU ms/job | worker cores | "
-        "server cores | machine busy | round trips/job | store bytes/job | loopback bytes/job | push jobs/s |",
+        "server cores | machine busy | store ops/job | store bytes/job | loopback bytes/job | push jobs/s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        trips = r.get("redis_commands_per_job", r.get("pg_commits_per_job"))
-        store_bytes = (
-            r["redis_bytes_in_per_job"] + r["redis_bytes_out_per_job"] if "redis_bytes_in_per_job" in r else None
-        )
+        trips, store_bytes = store_ops(r)
         short = "*" if r["seconds"] < SHORT_WINDOW else ""
         lines.append(
             f"| {r['store']} | {r['processes']} x {r['concurrency']} | {r['rate']:,.0f}{short} | "
@@ -383,8 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report(results))
     print(
         f"\nRates between 90 % and 10 % of N left; * marks a window under {SHORT_WINDOW:g} s (a rough rate: "
-        "raise --n). Round trips: Redis commands, PostgreSQL commits (over the whole drain). Loopback bytes count "
-        "the machine's other loopback traffic too."
+        "raise --n). Store ops: Redis commands, PostgreSQL commits and RabbitMQ socket reads + writes (both over the "
+        "whole drain), SQS API calls. Loopback bytes count the machine's other loopback traffic too."
     )
     if errors:
         print("\nFailed runs:\n" + "\n".join(f"- {error}" for error in errors))

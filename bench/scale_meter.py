@@ -9,12 +9,19 @@ network bytes in and out, the server's pid); PostgreSQL ``pg_stat_database`` (tr
 in the benchmark's database: each of the worker's autocommitted statements is one; PostgreSQL flushes them
 late while a backend is busy, so bench.scale reads them over the whole drain) and the pids of
 its server processes (the benchmark database's backends and the background processes); RabbitMQ's
-``beam.smp`` processes; moto's server process for SQS.
+``beam.smp`` processes and, over the whole drain, the bytes and socket operations of the workers'
+connections (``rabbitmqctl list_connections``); moto's server process for SQS, and the API calls and
+bytes between the workers and moto, counted by a relay in the benchmark's process (``CountingRelay``).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import select
+import socket
+import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,3 +149,104 @@ def postgres_info(alias: str) -> tuple[list[int], dict[str, float]]:
         cursor.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
         commits = float(cursor.fetchone()[0])
     return pids, {"pg_commits": commits}
+
+
+#: A worker's AMQP connection names its process: ``kinetis_queue <connection> (pid N)`` (backends/rabbitmq/session.py).
+_AMQP_PID = re.compile(r'"connection_name","kinetis_queue [^"]*\(pid (\d+)\)"')
+
+
+def rabbitmq_connections(pids: list[int]) -> dict[str, float]:
+    """Bytes and socket operations the broker counted on the connections of these processes, summed.
+
+    ``rabbitmqctl`` starts an Erlang VM (a second or more of CPU), so bench.scale reads this outside the
+    measured window: before the resume and after the drain, while the workers are still connected.
+    """
+    out = subprocess.run(
+        ["rabbitmqctl", "-q", "--no-table-headers", "list_connections", "client_properties",
+         "recv_oct", "send_oct", "recv_cnt", "send_cnt"],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    wanted = set(pids)
+    totals = dict.fromkeys(("amqp_bytes_in", "amqp_bytes_out", "amqp_reads", "amqp_writes"), 0.0)
+    for line in out.splitlines():
+        found = _AMQP_PID.search(line)
+        if found is None or int(found.group(1)) not in wanted:
+            continue
+        recv_oct, send_oct, recv_cnt, send_cnt = (float(v) for v in line.rsplit("\t", 4)[1:])
+        totals["amqp_bytes_in"] += recv_oct
+        totals["amqp_bytes_out"] += send_oct
+        totals["amqp_reads"] += recv_cnt
+        totals["amqp_writes"] += send_cnt
+    return totals
+
+
+#: The SQS actions the relay counts by name (the ``X-Amz-Target`` header of the JSON protocol).
+SQS_ACTIONS = (
+    "ReceiveMessage", "DeleteMessage", "DeleteMessageBatch", "ChangeMessageVisibility",
+    "ChangeMessageVisibilityBatch", "SendMessage", "SendMessageBatch", "GetQueueAttributes", "GetQueueUrl",
+)  # fmt: skip
+_TARGET = re.compile(rb"X-Amz-Target: AmazonSQS\.(\w+)", re.IGNORECASE)
+
+
+class CountingRelay:
+    """A TCP relay on a free loopback port in front of moto: the workers' SQS endpoint, counting what passes.
+
+    Counts the bytes each way and the API calls by action (one request starts with its HTTP headers, which
+    name the action). The relay's own CPU is the benchmark process's, not the workers' or moto's.
+    """
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.lock = threading.Lock()
+        self.counts: dict[str, float] = {"sqs_bytes_in": 0.0, "sqs_bytes_out": 0.0, "sqs_calls": 0.0}
+        self.counts.update({f"sqs_{action}": 0.0 for action in SQS_ACTIONS})
+        threading.Thread(target=self._accept, name="sqs-relay", daemon=True).start()
+
+    def counters(self) -> dict[str, float]:
+        with self.lock:
+            return dict(self.counts)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._pipe, args=(client,), daemon=True).start()
+
+    def _pipe(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+        except OSError:
+            client.close()
+            return
+        ends = {client: upstream, upstream: client}
+        try:
+            while True:
+                readable, _, _ = select.select(list(ends), [], [])
+                for sock in readable:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    ends[sock].sendall(data)
+                    self._count(data, from_client=sock is client)
+        except OSError:
+            return
+        finally:
+            client.close()
+            upstream.close()
+
+    def _count(self, data: bytes, *, from_client: bool) -> None:
+        with self.lock:
+            self.counts["sqs_bytes_in" if from_client else "sqs_bytes_out"] += len(data)  # as the store sees it
+            if from_client:
+                for action in _TARGET.findall(data):
+                    self.counts["sqs_calls"] += 1
+                    key = f"sqs_{action.decode()}"
+                    self.counts[key] = self.counts.get(key, 0.0) + 1
+
+    def close(self) -> None:
+        self.listener.close()

@@ -64,6 +64,8 @@ def test_every_store_is_drained_and_measured(bench_db: str, tmp_path: Path) -> N
             assert run["worker_cpu_ms_per_job"] >= 0 and run["server_cpu_ms_per_job"] >= 0
         assert runs["redis"]["redis_commands_per_job"] > 0
         assert runs["postgres"]["pg_commits_per_job"] > 0
+        assert runs["rabbitmq"]["amqp_reads_per_job"] > 0 and runs["rabbitmq"]["amqp_bytes_out_per_job"] > 0
+        assert runs["sqs"]["sqs_ReceiveMessage_per_job"] > 0 and runs["sqs"]["sqs_bytes_in_per_job"] > 0
         assert "| store | processes x concurrency | jobs/s |" in done.stdout
     finally:
         client = redis.Redis.from_url(REDIS_URL)

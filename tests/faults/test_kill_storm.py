@@ -137,10 +137,6 @@ def test_kill_storm_loses_nothing(
 ) -> None:
     """CI: 200 jobs of 10-50 ms, 2 workers at concurrency 1, one SIGKILL a second (at concurrency 8: 800 jobs,
     a SIGKILL every half second): lost 0, duplicates within what the killed workers held, store empty."""
-    if backend.id == "sqs-fifo" and concurrency == 8:
-        # Issue 20: not verified yet. On the loaded machine it ran past the 360 s timeout, as the sqs row's
-        # c8 did in the same run; re-enable once it has passed on a quiet one (c1 passes).
-        pytest.skip("sqs-fifo-c8: not verified yet (timed out beside sqs-c8 on a loaded machine)")
     report = storm(
         "A1-kill-storm" if concurrency == 1 else f"A1-kill-storm-c{concurrency}",
         backend,

@@ -411,7 +411,14 @@ def test_sixteen_threads_share_the_client_without_overflowing_its_connection_poo
     assert [r.getMessage() for r in caplog.records if "pool is full" in r.getMessage()] == []
 
 
-def test_threads_reserving_and_acking_at_once_take_each_job_once(sqs: SqsQueue, queue_name: str) -> None:
+def test_threads_reserving_and_acking_at_once_take_every_job(sqs: SqsQueue, queue_name: str) -> None:
+    """Four threads share one SqsQueue: every job is taken and acked, without error, and none is left.
+
+    Not "each exactly once": a standard queue may return a message to two receives (AWS documents at-least-once
+    delivery, and the backend's row says so: Backend.atomic_reserve is False for SQS), and moto's receive is not
+    atomic across its server's threads either (it checks and marks each message without a lock), which is how a
+    clean CI run once saw a job taken twice with a 30 s visibility timeout.
+    """
     ids = sqs.push_many([Records(f"job-{i}") for i in range(40)], queue=queue_name)
     taken: list[str] = []
     lock = threading.Lock()
@@ -436,5 +443,5 @@ def test_threads_reserving_and_acking_at_once_take_each_job_once(sqs: SqsQueue, 
         thread.join()
 
     assert errors == []
-    assert sorted(taken) == sorted(ids)
+    assert set(taken) == set(ids)
     assert sqs.size(queue_name) == 0

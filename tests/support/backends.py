@@ -154,8 +154,9 @@ BACKENDS = [
 
 #: Issue 20: rows of another configuration of a store that already has its row, which together would take
 #: `make test` past its 25-minute budget (about 12 minutes at -n 2, and their servers' load slows the SQS
-#: fault scenarios beside them): they run with KQ_EXTENDED_ROWS=1 (`make test-rows`), not in `make test`,
-#: until the suite is fast enough to hold them. Their specific tests (tests/specific) stay in `make test`.
+#: fault scenarios beside them): they run with KQ_EXTENDED_ROWS=1 (`make test-rows`: the conformance suite and
+#: the kill storm, run by CI after `make test`), not in `make test`, until the suite is fast enough to hold them.
+#: Their specific tests (tests/specific) stay in `make test`.
 EXTENDED_ROWS = {"sqs-fifo", "rabbitmq-quorum", "redis-cluster", "sql-pgbouncer"}
 #: Every row, the extended ones included (a test of one row's own mechanism takes it from here).
 ALL_BACKENDS = list(BACKENDS)
