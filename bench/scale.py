@@ -351,13 +351,11 @@ def store_ops(r: dict[str, Any]) -> tuple[float | None, float | None]:
     for ops, bytes_in, bytes_out in (
         ("redis_commands", "redis_bytes_in", "redis_bytes_out"),
         ("pg_commits", None, None),
-        ("amqp_reads", "amqp_bytes_in", "amqp_bytes_out"),
+        ("amqp_ops", "amqp_bytes_in", "amqp_bytes_out"),
         ("sqs_calls", "sqs_bytes_in", "sqs_bytes_out"),
     ):
         if f"{ops}_per_job" in r:
-            total = (
-                r[f"{ops}_per_job"] + r.get("amqp_writes_per_job", 0.0) if ops == "amqp_reads" else r[f"{ops}_per_job"]
-            )
+            total = r[f"{ops}_per_job"]
             if bytes_in is None:
                 return total, None
             return total, r[f"{bytes_in}_per_job"] + r[f"{bytes_out}_per_job"]

@@ -167,7 +167,7 @@ def rabbitmq_connections(pids: list[int]) -> dict[str, float]:
         capture_output=True, text=True, timeout=120, check=True,
     ).stdout  # fmt: skip
     wanted = set(pids)
-    totals = dict.fromkeys(("amqp_bytes_in", "amqp_bytes_out", "amqp_reads", "amqp_writes"), 0.0)
+    totals = dict.fromkeys(("amqp_bytes_in", "amqp_bytes_out", "amqp_reads", "amqp_writes", "amqp_ops"), 0.0)
     for line in out.splitlines():
         found = _AMQP_PID.search(line)
         if found is None or int(found.group(1)) not in wanted:
@@ -177,6 +177,7 @@ def rabbitmq_connections(pids: list[int]) -> dict[str, float]:
         totals["amqp_bytes_out"] += send_oct
         totals["amqp_reads"] += recv_cnt
         totals["amqp_writes"] += send_cnt
+        totals["amqp_ops"] += recv_cnt + send_cnt
     return totals
 
 
