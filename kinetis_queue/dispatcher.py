@@ -12,8 +12,10 @@ in the pool, a delivery still waiting after PREFETCH_HOLD seconds is given back 
 ``Queue.unreserve()``. Every held delivery, running or waiting, is renewed by the heartbeat. The
 exposure: a worker killed while holding K deliveries charges each of them one attempt (they come back
 when their leases expire), and nothing else. Before a redelivery (attempt 2 or more: perhaps a job that
-kills its worker) starts, the acks are flushed and the deliveries reserved ahead given back, so a
-poison pill costs only the jobs running beside it.
+kills its worker) starts, the acks are flushed and the deliveries reserved ahead of a free slot given
+back, so a poison pill costs only the jobs running beside it; deliveries that have a free slot start
+beside it (giving them back too made a batch of redeliveries start one at a time, each giving back
+and taking again the rest).
 
 Stopping (a limit, stop(), the first SIGTERM/SIGINT): reserve no more, give back every waiting
 delivery with ``unreserve()`` (same attempt number next time), let every running job finish, flush
@@ -152,10 +154,11 @@ class Dispatcher:
     def _before_a_redelivery(self) -> None:
         """A redelivery may be a job that ends its worker (a poison pill): before it starts, send the
         deferred acks and give back the deliveries reserved ahead, so that a crash costs only the jobs
-        running, not those already done or not yet started. Redeliveries are rare: the hot path pays a
-        comparison."""
+        running, not those already done or not yet started. The waiting deliveries that have a free slot
+        beside this one start at once (they run beside it), so only those beyond the free slots go back.
+        Redeliveries are rare: the hot path pays a comparison."""
         self.acks.flush()
-        self._unreserve_waiting()
+        self._unreserve_waiting(keep=self._free() - 1)
 
     def _free(self) -> int:
         with self._cond:
@@ -272,9 +275,12 @@ class Dispatcher:
         """True when every busy slot runs a job whose --timeout already settled it (left to finish alone)."""
         return self._busy <= self.runner.abandoned()
 
-    def _unreserve_waiting(self) -> None:
-        while self._waiting:
-            job, _ = self._waiting.popleft()
+    def _unreserve_waiting(self, keep: int = 0) -> None:
+        """Give back the waiting deliveries but the first ``keep`` (those about to start), oldest first."""
+        keep = max(0, keep)
+        while len(self._waiting) > keep:
+            job, _ = self._waiting[keep]
+            del self._waiting[keep]
             if self.runner.heartbeat is not None:
                 self.runner.heartbeat.stop(job)
             try:

@@ -268,3 +268,31 @@ def test_a_redelivery_starts_only_after_the_acks_are_sent_and_the_prefetch_given
     assert HELD == {pill_id: True, ahead_id: False}  # done acked, ahead given back, only the pill held
     given_back = queue.pop(0, [queue_name])
     assert given_back is not None and (given_back.id, given_back.attempts) == (ahead_id, 1)
+
+
+def test_a_redelivery_in_a_pool_gives_back_only_the_deliveries_beyond_the_free_slots(
+    queue: Queue, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At concurrency 4 with five redeliveries waiting, the one starting keeps the three that have a free slot
+    beside it and gives back only the two beyond them. Giving back every waiting delivery made a batch of
+    redeliveries start one at a time, each giving back and taking again the rest (the sqs-c8 kill storm's
+    crawl: 106 job starts in 300 s)."""
+    queue.push_many([jobs.Noop() for _ in range(6)], queue=queue_name)
+    reserved = queue.pop_many(0, [queue_name], 6).jobs
+    assert len(reserved) == 6
+    waiting = [dataclasses.replace(job, attempts=2) for job in reserved[1:]]
+    given_back: list[str] = []
+    unreserve = queue.unreserve
+    monkeypatch.setattr(queue, "unreserve", lambda job, delay=0: (given_back.append(job.id), unreserve(job, delay))[1])
+    worker = Worker(queue, recorder=None)
+    loop = Dispatcher(worker, worker._runner, 4, 4)
+    try:
+        loop._waiting.extend((job, 0.0) for job in waiting)
+        loop._before_a_redelivery()
+        assert given_back == [job.id for job in waiting[3:]]
+        assert [job.id for job, _ in loop._waiting] == [job.id for job in waiting[:3]]
+    finally:
+        loop._unreserve_waiting()
+        loop.acks.close()
+        worker.close()
+        queue.ack(reserved[0])

@@ -192,16 +192,21 @@ def drain(queue: Queue, queues: Sequence[str], store: Any = None, *, timeout: fl
     started = time.monotonic()
     window = float(getattr(queue, "visibility_timeout", lambda: 1)()) + 1
     worker = Worker(queue, retry_base_delay=0)
-    seen_empty = 0
+    seen_empty = processed = 0
+    held: int | None = None
     waited_out = False  # without a store adapter: one empty pop that looked for a whole window
     try:
         while seen_empty < empties:
             if time.monotonic() - started > timeout:
-                raise AssertionError(f"the queue did not drain within {timeout}s")
+                raise AssertionError(
+                    f"the queue did not drain within {timeout}s: {processed} job(s) processed, "
+                    f"the store still held {held} (None: no store adapter)"
+                )
             held = store.remaining(queues[0]) if store is not None and len(queues) == 1 else None
             long_look = bool(held) if store is not None else not waited_out
             if worker.process_next(window if long_look else 0.2, queues):
                 seen_empty, waited_out = 0, False
+                processed += 1
             elif not held:
                 seen_empty += 1
                 waited_out = waited_out or long_look

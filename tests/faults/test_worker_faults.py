@@ -501,7 +501,10 @@ def test_a7_a_poison_pill_is_redelivered_without_blocking_the_queue(
         pills = len(events(history_dir, "exec.start", pill))
         return pills >= 3 and set(normal) <= finished
 
-    with procs.Pool(backend, [queue_name], history_dir, 2, "--sleep=1") as pool:
+    # Each delivery of the pill is held for 5 s after its worker died (1 s is the test connection's): on a
+    # loaded machine a worker takes longer than 1 s to start, and the pill, visible again before any worker
+    # was up, ended every new worker first (3 of 30 normal jobs done in 90 s at a load average of 19).
+    with procs.Pool(backend, [queue_name], history_dir, 2, "--sleep=1", visibility_timeout=5) as pool:
         while not done() and time.monotonic() < deadline:
             pool.respawn()  # the harness's supervisor: a worker the pill ended is replaced
             time.sleep(0.1)
