@@ -535,7 +535,7 @@ def _paused_notes(connection: str, watched: tuple[str, ...]) -> list[str]:
     """A note per watched queue that is paused as the worker starts: it takes none of its jobs until resumed."""
     return [
         f"Note: queue {name!r} is paused on connection {connection!r}: this worker takes none of its jobs "
-        f"until `queue_resume {name}`."
+        f"until it is resumed (queue_resume {name} --connection {connection})."
         for name in _paused_among(connection, watched) or ()
     ]
 
