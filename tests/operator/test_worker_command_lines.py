@@ -61,7 +61,7 @@ def test_stop_when_empty_counts_the_jobs_another_worker_holds(queue_name: str) -
         )
         last = out.getvalue().splitlines()[-1]
         assert last == (
-            "Left behind: 0 delayed or retrying job(s) and 1 reserved (taken by a worker); "
+            "Left behind: 1 reserved (taken by a worker); "
             "--stop-when-empty does not wait for them."
         )
         queue.ack(held)
