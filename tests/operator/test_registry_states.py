@@ -168,3 +168,9 @@ def test_ages_are_read_on_the_database_clock_whatever_the_worker_or_reader_clock
 
 #: How far apart two readings of the database's clock within one test may be (generous: a loaded machine).
 GRACE = 10.0
+
+
+@pytest.mark.parametrize("alias", ["default", "postgres", "mariadb"])
+def test_the_database_clock_reads_unix_seconds_on_every_sql_database(alias: str) -> None:
+    """The registry's one clock, on each database a project may keep it in (all on this host's clock here)."""
+    assert abs(database_clock(alias) - time.time()) < 60
