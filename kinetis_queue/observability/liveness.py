@@ -14,7 +14,6 @@ touches, and so does a process that stopped running Python (deadlocked, frozen):
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Final
 
 from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.hooks import DeliveryHooks
+from kinetis_queue.worker_log import contained, logger
 
 if TYPE_CHECKING:
     from kinetis_queue.contracts import Queue, QueuedJob
@@ -37,7 +37,6 @@ DEFAULT_MAX_AGE: Final = 60.0
 def touch(path: Path) -> None:
     """Set the file's modification time to now, creating it when missing."""
     path.touch(exist_ok=True)
-    os.utime(path)
 
 
 class HeartbeatFile(DeliveryHooks):
@@ -50,6 +49,7 @@ class HeartbeatFile(DeliveryHooks):
         self._running: set[str] = set()
         self._lock = threading.Lock()
         self._loop: BackgroundLoop | None = None
+        self._failing = False
 
     def start(self, queue: Queue) -> None:
         self._last_turn = time.monotonic()
@@ -84,7 +84,14 @@ class HeartbeatFile(DeliveryHooks):
 
     def _beat(self) -> float:
         if self.alive():
-            touch(self.path)
+            try:
+                touch(self.path)
+            except OSError as exc:  # said once, not every second: the probe's failure says the rest
+                if not self._failing:
+                    contained(logger.warning, "The heartbeat file %s cannot be touched: %s", self.path, exc.strerror)
+                self._failing = True
+            else:
+                self._failing = False
         return TOUCH_EVERY
 
 
