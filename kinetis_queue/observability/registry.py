@@ -117,6 +117,8 @@ class WorkerRegistry(DeliveryHooks):
 
     def reported(self, job: QueuedJob, report: JobReport) -> None:
         self.last_started = time.time()  # a deferral or a skip is activity too (never started)
+        if report.outcome is JobOutcome.DEFERRED:
+            return  # given back unstarted: the same job comes again, and is counted then
         with self._lock:
             self.processed += 1
             if report.outcome is JobOutcome.FAILED:

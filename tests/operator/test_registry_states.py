@@ -139,6 +139,7 @@ def test_a_worker_that_only_defers_deliveries_is_consuming_not_stalled(
     figures = status.collect(name, [queue_name, limited])
     [found] = workers(name, ready=ready_jobs(figures))
     assert found.state == "alive"
+    assert found.processed == 0  # a deferral is activity, not a job done
 
 
 class _SkewedClock:
