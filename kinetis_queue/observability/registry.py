@@ -13,7 +13,8 @@ skipped one) for STALLED_AFTER seconds while one of its queues that is not pause
 not ready ones, and a paused queue's jobs are not ready for anyone (``ready_jobs()``).
 
 One clock: every time in a row, and the "now" a reader compares them with, is the Django database's
-(``database_clock()``), so a worker or a reader whose own clock is off by minutes is judged right.
+(``database_clock()``): a worker keeps monotonic readings and writes each as the database's "now" less
+the time since, so a worker or a reader whose wall clock is off (or stepped) is judged right.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ class WorkerRegistry(DeliveryHooks):
         self.connection = connection
         self.queues = list(queues)
         self.concurrency = concurrency
-        self.started_at = time.time()
+        # This process's times are monotonic readings, turned into the database's clock as the row is written.
+        self.started_at = time.monotonic()
         #: When it last took a delivery: started, deferred or skipped it (all of them are consuming).
         self.last_started: float | None = None
         self.processed = 0
@@ -108,7 +110,7 @@ class WorkerRegistry(DeliveryHooks):
 
     def started(self, job: QueuedJob) -> None:
         # No lock: a dict's set and pop are atomic, and the row is written from a copy (_write).
-        now = time.time()
+        now = time.monotonic()
         self.last_started = now
         self._running[job.id] = (job, now)
 
@@ -116,7 +118,7 @@ class WorkerRegistry(DeliveryHooks):
         self._running.pop(job.id, None)
 
     def reported(self, job: QueuedJob, report: JobReport) -> None:
-        self.last_started = time.time()  # a deferral or a skip is activity too (never started)
+        self.last_started = time.monotonic()  # a deferral or a skip is activity too (never started)
         if report.outcome is JobOutcome.DEFERRED:
             return  # given back unstarted: the same job comes again, and is counted then
         with self._lock:
@@ -128,8 +130,9 @@ class WorkerRegistry(DeliveryHooks):
 
     def _write(self) -> float:
         alias = router.db_for_write(WorkerRecord)
-        # This process's times are written on the database's clock: the offset between the two, read now.
-        offset = database_clock(alias) - time.time()
+        # Written on the database's clock: each monotonic reading is "now" there, less the time since.
+        now = database_clock(alias)
+        offset = now - time.monotonic()
         running = [
             {"id": job.id, "job": job_name(job), "queue": job.queue, "started": started + offset}
             for job, started in sorted(self._running.copy().values(), key=lambda item: item[1])
@@ -142,7 +145,7 @@ class WorkerRegistry(DeliveryHooks):
                 "queues": ",".join(self.queues),
                 "concurrency": self.concurrency,
                 "started_at": self.started_at + offset,
-                "last_seen": time.time() + offset,
+                "last_seen": now,
                 "last_started": None if self.last_started is None else self.last_started + offset,
                 "running": json.dumps(running),
                 "processed": self.processed,

@@ -143,7 +143,7 @@ def test_a_worker_that_only_defers_deliveries_is_consuming_not_stalled(
 
 
 class _SkewedClock:
-    """A ``time`` module whose clock is ``skew`` seconds off (the registry's only use of it is time())."""
+    """A ``time`` module whose wall clock is ``skew`` seconds off."""
 
     def __init__(self, skew: float) -> None:
         self.skew = skew
@@ -151,14 +151,16 @@ class _SkewedClock:
     def time(self) -> float:
         return time.time() + self.skew
 
+    def monotonic(self) -> float:
+        return time.monotonic()
+
 
 def test_ages_are_read_on_the_database_clock_whatever_the_worker_or_reader_clock_says(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A worker an hour ahead writes its row; a reader an hour behind sees it alive, not stalled nor gone."""
-    entry = WorkerRegistry("sqlite", ["default"], 1)
     monkeypatch.setattr(registry, "time", _SkewedClock(3600))
-    entry.started_at = registry.time.time()
+    entry = WorkerRegistry("sqlite", ["default"], 1)
     entry._write()
     monkeypatch.setattr(registry, "time", _SkewedClock(-3600))
     [found] = workers("sqlite", ready={"sqlite/default": 5})
