@@ -39,7 +39,7 @@ from kinetis_queue.serializer import deserialize_job
 from kinetis_queue.settlement import Settler, snoozes_of
 from kinetis_queue.timeout_watchdog import Claim, Watchdog
 from kinetis_queue.unique import Superseded, held_lock, store_of
-from kinetis_queue.worker_log import contained, describe, job_name, logger
+from kinetis_queue.worker_log import contained, describe, job_logger, job_name, logger
 
 if TYPE_CHECKING:
     from kinetis_queue.ack_batch import AckBatch
@@ -167,7 +167,7 @@ class DeliveryRunner:
                 job.attempts,
                 job.max_attempts,
                 self.policy.connection,
-                logging.LoggerAdapter(logger, log_context),
+                logging.LoggerAdapter(job_logger, log_context),
                 snoozes=snoozes_of(job),
                 cancel_check=partial(self.policy.hooks.cancelled, job),
             )

@@ -13,6 +13,10 @@ from kinetis_queue.job import display_name
 CORRELATION_KEY = "kinetis_queue.correlation"
 #: Every worker line, whichever module writes it, goes to this logger (docs/running-workers.md).
 logger = logging.getLogger("kinetis_queue.worker")
+#: A job's own lines (``JobContext.logger``): a child of the worker's logger, so that queue_work can show
+#: their INFO lines at its default verbosity without the worker's own.
+JOB_LOGGER = "kinetis_queue.worker.job"
+job_logger = logging.getLogger(JOB_LOGGER)
 
 
 def contained(log: Any, message: str, *args: Any, **kwargs: Any) -> None:

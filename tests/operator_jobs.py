@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from kinetis_queue import Job, JobContext, Sensitive
+from kinetis_queue import Job, JobContext, Sensitive, limit_concurrency
+from kinetis_queue.job import Snooze
 
 #: Memory a job keeps alive on purpose (the --memory limit test).
 HELD: list[bytes] = []
@@ -96,3 +97,25 @@ class TakesSecret(Job):
 
     def handle(self) -> None:
         raise RuntimeError("the upstream refused the request")
+
+
+class SnoozesTenMinutes(Job):
+    """Cannot start yet: asks to come back in ten minutes (a deferred job, not a ready one)."""
+
+    def handle(self) -> None:
+        raise Snooze(600, "not yet")
+
+
+@limit_concurrency(max=1, delay=600)
+class OneAtATimeSlowly(Job):
+    """At most one at once per connection; a delivery at the limit comes back ten minutes later."""
+
+    def handle(self) -> None:
+        pass
+
+
+class LogsProgress(Job):
+    """Logs an INFO line through its context's logger, as a task logs its progress."""
+
+    def handle(self, context: JobContext) -> None:
+        context.logger.info("LogsProgress is half way")

@@ -120,8 +120,7 @@ def gather(connection: str, *, now: float | None = None) -> Dashboard:
     """The figures of ``connection`` (a configured name: conf.connection_settings() said so)."""
     now = time.time() if now is None else now
     figures = status.collect(connection)[0]
-    ready = {f"{figures.connection}/{q.queue}": q.stats.ready or 0 for q in figures.queues}
-    found = registry.workers(connection, now=now, ready=ready)
+    found = registry.workers(connection, ready=registry.ready_jobs([figures]))
     records = _failed_records(connection)
     return Dashboard(
         connection=figures,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kinetis_queue import status
-from kinetis_queue.observability.registry import workers
+from kinetis_queue.observability.registry import ready_jobs, workers
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,7 @@ class Health:
 def check(connection: str | None = None, *, require_worker: bool = True) -> Health:
     """Each connection (or the one named): does its store answer, and is a worker of it alive?"""
     figures = status.collect(connection)
-    ready = {f"{f.connection}/{q.queue}": q.stats.ready or 0 for f in figures for q in f.queues}
-    registry = workers(connection, ready=ready)
+    registry = workers(connection, ready=ready_jobs(figures))
     result = []
     for figure in figures:
         mine = [w for w in registry if w.connection == figure.connection and w.state != "gone"]
@@ -69,6 +68,9 @@ def check(connection: str | None = None, *, require_worker: bool = True) -> Heal
         if require_worker and not mine:
             problems.append("no worker of this connection was seen in the last 15 seconds")
         if stalled:
-            problems.append(f"{len(stalled)} worker(s) started nothing for a minute while their queues hold ready jobs")
+            problems.append(
+                f"{len(stalled)} worker(s) with a free slot took no job for a minute while their queues "
+                "(not paused) hold ready jobs"
+            )
         result.append(ConnectionHealth(figure.connection, figure.error is None, len(mine), len(stalled), problems))
     return Health(result)

@@ -28,7 +28,8 @@ class WorkflowHandle:
     def status(self) -> dict[str, Any]:
         """``{"state": ..., "total": n, "pending": n, "running": n, "succeeded": n, "failed": n,
         "cancelled": n, "kind": ..., "callbacks": {name: state}}``; state is "running", "succeeded",
-        "failed" or "cancelled" (a nested workflow counts as one member)."""
+        "failed" or "cancelled" (a nested workflow counts as one member); a callback that will never fire
+        (the batch ended the other way) is "skipped"."""
         from kinetis_queue.workflows import engine
 
         return engine.status(self.id)

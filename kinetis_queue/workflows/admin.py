@@ -273,11 +273,11 @@ class WorkflowAdmin(AdminPages):
             .defer("spec")  # the job's envelope: never read, never shown
         )
         members = [self._line(row) for row in rows.filter(index__gte=0).order_by("index")[:MEMBERS_SHOWN]]
-        callbacks = [self._line(row) for row in rows.filter(index__lt=0).order_by("-index")]
+        callbacks = [self._line(row, workflow.state) for row in rows.filter(index__lt=0).order_by("-index")]
         total = rows.filter(index__gte=0).count() if len(members) == MEMBERS_SHOWN else len(members)
         return members, callbacks, total
 
-    def _line(self, row: WorkflowMember) -> MemberLine:
+    def _line(self, row: WorkflowMember, workflow_state: str = "") -> MemberLine:
         child = row.child
         return MemberLine(
             index=row.index,
@@ -286,7 +286,7 @@ class WorkflowAdmin(AdminPages):
             runs=f"{child.kind} {child.pk}" if child is not None else (row.job_class or "-"),
             url=self._url("change", child.pk) if child is not None else "",
             job_id=row.job_id,
-            state=row.state,
+            state=engine.callback_state(row.state, workflow_state) if row.index < 0 else row.state,
             updated_at=timezone.localtime(row.updated_at),
         )
 

@@ -447,6 +447,12 @@ def cancel(root_id: str) -> list[tuple[str, str]]:
     return told
 
 
+def callback_state(state: str, workflow_state: str) -> str:
+    """A callback's state as shown: one still "waiting" once its workflow ended never fires (the batch ended
+    the other way: on_failure after a success, on_success after a failure), so it reads "skipped"."""
+    return "skipped" if state == "waiting" and workflow_state in FINAL else state
+
+
 def status(root_id: str) -> dict[str, Any]:
     """The top workflow's state and its members' counts per state (callbacks apart), for ``handle.status()``."""
     alias = database()
@@ -457,7 +463,7 @@ def status(root_id: str) -> dict[str, Any]:
     ):
         counts["pending" if member in ("waiting", "pushing", "queued") else member] += 1
     callbacks = {
-        name: state
+        name: callback_state(state, workflow.state)
         for name, index in CALLBACKS.items()
         for state in WorkflowMember.objects.using(alias)
         .filter(workflow=workflow, index=index)

@@ -86,7 +86,7 @@ def test_queue_work_on_the_sync_connection_stops_when_empty_without_disposing() 
     lines = run("queue_work", "--connection=sync", "--stop-when-empty").splitlines()
     assert lines[-2:] == [
         "Worker stopped (empty) after 0 job(s).",
-        "Left behind: 0 delayed or retrying job(s); --stop-when-empty does not wait for them.",
+        "Nothing left behind: no delayed, retrying or reserved job.",
     ]
 
 

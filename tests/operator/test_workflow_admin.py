@@ -542,3 +542,28 @@ def test_the_status_page_counts_the_chains_and_batches(queue_name: str) -> None:
     other.force_login(viewer)
     body = other.get(reverse("admin:kinetis_queue_failedjob_status")).content.decode()
     assert f"{running} running" in body and changelist_url() not in body
+
+
+def test_the_detail_page_of_an_ended_batch_shows_a_callback_that_never_fires_as_skipped(queue_name: str) -> None:
+    """Issue 27 item 24: a batch that succeeded never fires on_failure: "skipped", not "waiting" forever."""
+    from kinetis_queue import queues
+    from kinetis_queue.worker import Worker
+
+    root = batch(
+        [jobs.Records(LABEL)],
+        on_failure=jobs.Records(LABEL),
+        queue=queue_name,
+        connection="sqlite",
+    )
+    worker = Worker(queues["sqlite"], recorder=None)
+    try:
+        assert worker.process_next(10, [queue_name]) is True
+    finally:
+        worker.close()
+    assert _state(root.id) == "succeeded"
+
+    body = client_for("view_only").get(change_url(root.id)).content.decode()
+    callbacks = body[body.index('id="workflow-callbacks"') :]
+    callbacks = callbacks[: callbacks.index("</table>")]
+    assert "<td>on_failure</td>" in callbacks
+    assert callbacks.count(">skipped</span>") == 1 and ">waiting</span>" not in callbacks

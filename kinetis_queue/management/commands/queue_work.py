@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -26,6 +27,7 @@ from kinetis_queue.management.commands._arguments import (
 from kinetis_queue.restart import marker_for
 from kinetis_queue.validation import MAX_RETRY_DELAY
 from kinetis_queue.worker import DEFAULT_PREFETCH, ExitReason, JobOutcome, JobReport, Worker
+from kinetis_queue.worker_log import JOB_LOGGER
 
 if TYPE_CHECKING:
     from kinetis_queue.hooks import DeliveryHooks
@@ -53,8 +55,11 @@ def _backoff(value: str) -> float:
     return number
 
 
-#: -v 1 shows warnings and errors of the worker's log, -v 2 adds a line per job's log, -v 3 debug.
+#: -v 1 shows warnings and errors of the worker's log, -v 2 adds a line per job's log, -v 3 debug. The jobs'
+#: own lines (``context.logger``, JOB_LOGGER) show from INFO on at -v 1 already, as any task logger's do.
 LOG_LEVELS = {1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
+#: The queue watched when no --queue is given.
+DEFAULT_QUEUES = ("default",)
 
 
 def _refuse_failed_discovery() -> None:
@@ -76,8 +81,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--queue",
             type=queue_list,
-            default=("default",),
-            help="queues to watch, highest priority first: --queue high,default",
+            default=None,
+            help="queues to watch, highest priority first: --queue high,default (default: default)",
         )
         parser.add_argument(
             "--sleep",
@@ -166,6 +171,13 @@ class Command(BaseCommand):
             "runserver); a change lets the running job finish first",
         )
         parser.add_argument(
+            "--heartbeat-file",
+            type=Path,
+            default=None,
+            help="touch this file every second while the worker is alive (its loop turns or a job runs), for a "
+            "liveness probe: queue_health --self --heartbeat-file PATH",
+        )
+        parser.add_argument(
             "--processes",
             type=positive_int,
             default=1,
@@ -183,6 +195,11 @@ class Command(BaseCommand):
         verbosity: int = options["verbosity"]
         if options["reload"] and options["processes"] > 1:
             raise CommandError("--reload runs one worker process: leave out --processes")
+        if options["heartbeat_file"] is not None and options["processes"] > 1:
+            raise CommandError(
+                "--heartbeat-file tells the liveness of one worker process: leave out --processes (run one "
+                "worker process per container)"
+            )
         if options["reload"] and not _reload.in_child():  # the parent: the child does the work (and metrics)
             status = _reload.run_parent(self._say if verbosity >= 1 else lambda line: None)
             if status != 0:
@@ -196,7 +213,8 @@ class Command(BaseCommand):
         tries = options["tries"] if options["tries"] is not None else settings.max_attempts
         backoff = options["backoff"] if options["backoff"] is not None else settings.retry_base_delay
         job_timeout = options["timeout"] if options["timeout"] is not None else settings.timeout
-        queues: tuple[str, ...] = options["queue"]
+        queues: tuple[str, ...] = options["queue"] or DEFAULT_QUEUES
+        heartbeat = _heartbeat_file(options["heartbeat_file"], timeout)
         try:
             queue = connections.build(settings.name)
         except KinetisQueueError as exc:
@@ -216,8 +234,10 @@ class Command(BaseCommand):
             reporter=self._job_line if verbosity >= 1 else None,
             concurrency=options["concurrency"],
             prefetch=options["prefetch"],
-            hooks=_worker_hooks(settings.name, queues, options["concurrency"]),
+            hooks=_worker_hooks(settings.name, queues, options["concurrency"], heartbeat),
         )
+        self._deferred = 0
+        self._counting = threading.Lock()
         handler = self._attach_log_handler(verbosity)
         watcher = self._watch(worker, verbosity) if options["reload"] else None
         scheduler = _start_scheduler(schedules)
@@ -238,7 +258,9 @@ class Command(BaseCommand):
                         f"Firing {len(schedules)} schedule(s) here too: {', '.join(s.name for s in schedules)} "
                         "(each tick once across every scheduler; --no-schedule leaves them to others)."
                     )
-                for note in _unknown_queue_notes(queue, settings.name, queues):
+                for note in _unknown_queue_notes(queue, settings.name, queues, given=options["queue"] is not None):
+                    self.stderr.write(note)
+                for note in _paused_notes(settings.name, queues):
                     self.stderr.write(note)
                 if (
                     job_timeout is not None
@@ -264,16 +286,17 @@ class Command(BaseCommand):
             except Exception as exc:
                 # An infrastructure failure: non-zero exit; --traceback shows where.
                 raise CommandError(
-                    f"Worker stopped (error) after {worker.processed} job(s): {type(exc).__name__}: {exc}"
+                    f"Worker stopped (error) after {self._tally(worker)}: {type(exc).__name__}: {exc}"
                 ) from exc
             if watcher is not None and watcher.changed is not None:
                 if verbosity >= 1:
-                    self._say(f"Worker stopped to reload after {worker.processed} job(s).")
+                    self._say(f"Worker stopped to reload after {self._tally(worker)}.")
                 raise SystemExit(_reload.RESTART)  # after the finally below: the parent starts a fresh worker
             if verbosity >= 1:
-                self._say(f"Worker stopped ({reason}) after {worker.processed} job(s).")
+                paused = _paused_among(settings.name, queues)
+                self._say(f"Worker stopped ({_why(reason, queues, paused)}) after {self._tally(worker)}.")
                 if reason is ExitReason.EMPTY and options["stop_when_empty"]:
-                    self._say(_left_behind(queue, queues))
+                    self._say(_left_behind(queue, queues, paused or ()))
         finally:
             if watcher is not None:
                 watcher.stop()
@@ -287,6 +310,7 @@ class Command(BaseCommand):
                 queue.dispose()
             if handler is not None:
                 logging.getLogger("kinetis_queue").removeHandler(handler)
+                logging.getLogger(JOB_LOGGER).setLevel(logging.NOTSET)
 
     def _watch(self, worker: Worker, verbosity: int) -> _reload.Watcher:
         """--reload, in the child: Django's reloader in a thread; a change stops ``worker`` after its job."""
@@ -321,8 +345,19 @@ class Command(BaseCommand):
         if status != 0:
             raise CommandError("a worker process ended with a non-zero status", returncode=status)
 
+    def _tally(self, worker: Worker) -> str:
+        """What the exit line says the worker did: its jobs, and apart, the deliveries it gave back unstarted."""
+        deferred = self._deferred
+        line = f"{worker.processed - deferred} job(s)"
+        if deferred:
+            line += f" and {deferred} deferral(s) (deliveries given back unstarted, no attempt charged)"
+        return line
+
     def _job_line(self, report: JobReport) -> None:
         """One line per job: time, class, queue, attempt, duration, outcome (never arguments)."""
+        if report.outcome is JobOutcome.DEFERRED:
+            with self._counting:  # the pool's threads report too
+                self._deferred += 1
         when = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
         detail = ""
         if report.error is not None:
@@ -356,7 +391,9 @@ class Command(BaseCommand):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         package_logger.addHandler(handler)
-        package_logger.setLevel(LOG_LEVELS.get(min(verbosity, 3), logging.WARNING))
+        level = LOG_LEVELS.get(min(verbosity, 3), logging.WARNING)
+        package_logger.setLevel(level)
+        logging.getLogger(JOB_LOGGER).setLevel(min(level, logging.INFO))  # a job's own INFO lines show at -v 1
         return handler
 
 
@@ -388,12 +425,29 @@ def _serve_metrics(port: int | None, processes: int) -> None:
         raise CommandError(f"--metrics-port {port}: {exc}") from exc
 
 
-def _worker_hooks(connection: str, queues: tuple[str, ...], concurrency: int) -> DeliveryHooks:
-    """The app's hooks of every worker, and this process's entry in the worker registry (queue_workers)."""
+def _worker_hooks(
+    connection: str, queues: tuple[str, ...], concurrency: int, heartbeat: DeliveryHooks | None = None
+) -> DeliveryHooks:
+    """The app's hooks of every worker, this process's entry in the worker registry (queue_workers), and its
+    heartbeat file when it has one (--heartbeat-file)."""
     from kinetis_queue.hooks import HookChain, default_hooks
     from kinetis_queue.observability.registry import WorkerRegistry
 
-    return HookChain([default_hooks(), WorkerRegistry(connection, queues, concurrency)])
+    hooks = [default_hooks(), WorkerRegistry(connection, queues, concurrency)]
+    return HookChain(hooks if heartbeat is None else [*hooks, heartbeat])
+
+
+def _heartbeat_file(path: Path | None, poll_wait: float) -> DeliveryHooks | None:
+    """``--heartbeat-file``: the hook that keeps it fresh, once the file is known to be writable."""
+    if path is None:
+        return None
+    from kinetis_queue.observability.liveness import HeartbeatFile, touch
+
+    try:
+        touch(path)
+    except OSError as exc:
+        raise CommandError(f"--heartbeat-file {path}: cannot write it: {exc.strerror or type(exc).__name__}") from exc
+    return HeartbeatFile(path, poll_wait)
 
 
 def _declared_schedules() -> list[Schedule]:
@@ -435,8 +489,9 @@ def _start_relay(queue: Queue, settings: conf.ConnectionSettings) -> BackgroundL
     return loop
 
 
-def _unknown_queue_notes(queue: Queue, connection: str, watched: tuple[str, ...]) -> list[str]:
-    """A note per watched queue the store does not know and no failed job names: a likely typo.
+def _unknown_queue_notes(queue: Queue, connection: str, watched: tuple[str, ...], *, given: bool = True) -> list[str]:
+    """A note per watched queue the store does not know and no failed job names: a likely typo of --queue
+    (``given``), else a reminder that the worker watches 'default' alone.
 
     What "known" means is the store's (Queue.queue_known): SQL and Redis, holding a job now; SQS,
     the queue exists; RabbitMQ, it is declared. A store that cannot tell gets no note.
@@ -452,6 +507,12 @@ def _unknown_queue_notes(queue: Queue, connection: str, watched: tuple[str, ...]
     except Exception as exc:
         return [f"Note: could not check whether the watched queues exist ({type(exc).__name__})."]
     listed = f"known queues: {', '.join(known)}" if known else "no queue is known on it"
+    if not given:
+        return [
+            f"Note: no --queue given, so this worker watches queue {name!r} alone; nothing was ever pushed to it "
+            f"on connection {connection!r} as far as the {queue.backend_name} backend can tell ({listed})."
+            for name in unknown
+        ]
     return [
         f"Note: nothing was ever pushed to queue {name!r} on connection {connection!r} as far as the "
         f"{queue.backend_name} backend can tell ({listed}); a typo in --queue? Watching it anyway."
@@ -459,19 +520,57 @@ def _unknown_queue_notes(queue: Queue, connection: str, watched: tuple[str, ...]
     ]
 
 
-def _left_behind(queue: Queue, watched: tuple[str, ...]) -> str:
-    """``--stop-when-empty``'s last line: the delayed or retrying jobs it did not wait for."""
+def _paused_among(connection: str, watched: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The watched queues paused on the connection now (queue_pause), in watch order; None when unreadable."""
+    from kinetis_queue.control import paused_queues
+
     try:
-        stats = [queue.stats(name) for name in watched]
+        paused = set(paused_queues(connection))
+    except Exception:
+        return None
+    return tuple(name for name in watched if name in paused)
+
+
+def _paused_notes(connection: str, watched: tuple[str, ...]) -> list[str]:
+    """A note per watched queue that is paused as the worker starts: it takes none of its jobs until resumed."""
+    return [
+        f"Note: queue {name!r} is paused on connection {connection!r}: this worker takes none of its jobs "
+        f"until it is resumed (queue_resume {name} --connection {connection})."
+        for name in _paused_among(connection, watched) or ()
+    ]
+
+
+def _why(reason: ExitReason, watched: tuple[str, ...], paused: tuple[str, ...] | None) -> str:
+    """The exit line's reason: "empty" is not what stopped a worker whose queues are paused."""
+    if reason is not ExitReason.EMPTY or not paused:
+        return str(reason)
+    if len(paused) == len(watched):
+        return f"nothing to take: {', '.join(paused)} paused"
+    return f"empty; paused, not taken: {', '.join(paused)}"
+
+
+def _left_behind(queue: Queue, watched: tuple[str, ...], paused: tuple[str, ...] = ()) -> str:
+    """``--stop-when-empty``'s last line: the jobs it did not wait for (delayed, retrying, reserved elsewhere,
+    or ready in a paused queue), or that there are none."""
+    try:
+        stats = {name: queue.stats(name) for name in watched}
     except Exception as exc:
         return f"Left behind: unknown (the queue figures could not be read: {type(exc).__name__})."
-    delayed = [s.delayed for s in stats]
+    delayed = [s.delayed for s in stats.values()]
     if None in delayed:
         return f"Left behind: unknown (the {queue.backend_name} backend cannot count delayed jobs)."
-    line = f"Left behind: {sum(d or 0 for d in delayed)} delayed or retrying job(s)"
-    reserved = sum(s.reserved or 0 for s in stats)
+    parts = []
+    waiting = sum(d or 0 for d in delayed)
+    if waiting:
+        parts.append(f"{waiting} delayed or retrying job(s)")
+    reserved = sum(s.reserved or 0 for s in stats.values())
     if reserved:
         held = "taken by a worker, or waiting out a retry delay" if queue.backend_name == "sqs" else "taken by a worker"
-        line += f" and {reserved} reserved ({held})"
-    approximate = " (approximate)" if any(s.approximate for s in stats) else ""
-    return f"{line}{approximate}; --stop-when-empty does not wait for them."
+        parts.append(f"{reserved} reserved ({held})")
+    held_back = sum(stats[name].ready or 0 for name in paused)
+    if held_back:
+        parts.append(f"{held_back} ready in paused queue(s) {', '.join(paused)}")
+    approximate = " (approximate)" if any(s.approximate for s in stats.values()) else ""
+    if not parts:
+        return f"Nothing left behind: no delayed, retrying or reserved job{approximate}."
+    return f"Left behind: {' and '.join(parts)}{approximate}; --stop-when-empty does not wait for them."

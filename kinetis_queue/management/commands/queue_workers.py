@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +12,7 @@ from kinetis_queue import conf, status
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name
 from kinetis_queue.management.commands._tables import table
-from kinetis_queue.observability.registry import GONE_AFTER, workers
+from kinetis_queue.observability.registry import GONE_AFTER, database_clock, ready_jobs, workers
 
 
 def _age(seconds: float) -> str:
@@ -23,8 +22,9 @@ def _age(seconds: float) -> str:
 class Command(BaseCommand):
     help = (
         "Every worker process that reported to the registry: host, pid, connection, queues, concurrency, "
-        f"started, last seen, state (alive; gone after {GONE_AFTER:g}s unseen; stalled: started nothing for a "
-        "minute while its queues hold ready jobs), running jobs, processed and failed counts."
+        f"started, last seen, state (alive; busy: every slot runs a job; gone after {GONE_AFTER:g}s unseen; "
+        "stalled: a free slot, yet took no job for a minute while its queues, not paused, hold ready jobs), "
+        "running jobs, processed and failed counts."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -38,15 +38,14 @@ class Command(BaseCommand):
             figures = status.collect(options["connection"])
         except KinetisQueueError as exc:
             raise CommandError(str(exc)) from exc
-        ready = {f"{f.connection}/{q.queue}": q.stats.ready or 0 for f in figures for q in f.queues}
-        found = workers(options["connection"], ready=ready)
+        found = workers(options["connection"], ready=ready_jobs(figures))
         if options["json"]:
             self.stdout.write(json.dumps({"workers": [w.as_dict() for w in found]}, indent=2))
             return
         if not found:
             self.stdout.write("No worker has reported (queue_work registers every process it runs).")
             return
-        now = time.time()
+        now = database_clock()  # the clock the registry's times are on
         rows = [
             (
                 "HOST",
