@@ -118,6 +118,14 @@ QUEUE_NAMES = "SELECT DISTINCT queue FROM kinetis_queue_jobs ORDER BY queue"
 FIND_JOB = "SELECT id, reserved_at FROM kinetis_queue_jobs WHERE job_id = %s"
 #: Then each unreserved row found, by primary key: a claim that reserved it in between wins (0 rows).
 WITHDRAW = "DELETE FROM kinetis_queue_jobs WHERE id = %s AND reserved_at IS NULL"
+#: withdraw_many() (a workflow's cancel): FIND_JOB and WITHDRAW for many ids, each one statement (a
+#: single read of the jobs table, then deletes by primary key), whatever the number of jobs, up to a
+#: database's parameter ceiling (SQLite). ``{}``: the placeholders.
+FIND_JOBS = "SELECT id, job_id, reserved_at FROM kinetis_queue_jobs WHERE job_id IN ({})"
+WITHDRAW_ROWS = "DELETE FROM kinetis_queue_jobs WHERE id IN ({}) AND reserved_at IS NULL"
+#: MySQL (no DELETE ... RETURNING), after a WITHDRAW_ROWS that deleted fewer rows than it named: which
+#: of them a claim reserved in between (one it reserved and settled meanwhile then counts as removed).
+STILL_THERE = "SELECT id FROM kinetis_queue_jobs WHERE id IN ({})"
 #: PostgreSQL, the worker's own connection: asynchronous commit (see SqlQueue), READ COMMITTED (the
 #: claim's SKIP LOCKED needs it: at REPEATABLE READ or SERIALIZABLE, which an alias's isolation_level
 #: gives only atomic() blocks but a server or role default gives every statement, concurrent claims
@@ -636,6 +644,44 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         if removed:
             return Withdrawal.REMOVED
         return Withdrawal.HELD if rows else Withdrawal.ABSENT
+
+    def _withdraw_many(self, job_ids: list[str]) -> dict[str, Withdrawal]:
+        """``_withdraw()`` for many ids in a fixed number of statements (FIND_JOBS, WITHDRAW_ROWS), not one
+        read of the jobs table per job: a workflow's cancel runs inside an admin request."""
+        db = connections[self.database]
+        ceiling = db.features.max_query_params
+        step = len(job_ids) if ceiling is None else max(1, min(len(job_ids), ceiling))
+        found: dict[str, Withdrawal] = dict.fromkeys(job_ids, Withdrawal.ABSENT)
+        with db.cursor() as cursor:
+            for start in range(0, len(job_ids), step):
+                found.update(self._withdraw_chunk(db, cursor, job_ids[start : start + step]))
+        return found
+
+    @staticmethod
+    def _withdraw_chunk(db: BaseDatabaseWrapper, cursor: Any, job_ids: list[str]) -> dict[str, Withdrawal]:
+        """Withdraw the jobs of ``job_ids`` (at most the parameter ceiling): what was found for those in the table.
+
+        A claim that reserved a row between the read and the delete wins, as in ``_withdraw()``.
+        """
+        cursor.execute(FIND_JOBS.format(", ".join(["%s"] * len(job_ids))), job_ids)
+        rows = cursor.fetchall()
+        found = {job_id: Withdrawal.HELD for _, job_id, _ in rows}
+        waiting = {row_id: job_id for row_id, job_id, reserved_at in rows if reserved_at is None}
+        if not waiting:
+            return found
+        marks = ", ".join(["%s"] * len(waiting))
+        if db.vendor == "mysql" and not getattr(db, "mysql_is_mariadb", False):  # pragma: no cover - MySQL only
+            cursor.execute(WITHDRAW_ROWS.format(marks), list(waiting))
+            removed = set(waiting)
+            if cursor.rowcount != len(waiting):
+                cursor.execute(STILL_THERE.format(marks), list(waiting))
+                removed -= {row[0] for row in cursor.fetchall()}
+        else:
+            cursor.execute(f"{WITHDRAW_ROWS.format(marks)} RETURNING id", list(waiting))
+            removed = {row[0] for row in cursor.fetchall()}
+        for row_id in removed:
+            found[waiting[row_id]] = Withdrawal.REMOVED
+        return found
 
     def queue_names(self) -> list[str]:
         with connections[self.database].cursor() as cursor:
