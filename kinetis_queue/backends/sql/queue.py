@@ -14,7 +14,7 @@ from django.db.utils import load_backend
 
 from kinetis_queue.backends.sql.claim import claim_many, rollback_quietly
 from kinetis_queue.backends.sql.options import OPTIONS
-from kinetis_queue.backends.sql.pooling import transaction_pooled
+from kinetis_queue.backends.sql.pooling import owns_its_session, transaction_pooled
 from kinetis_queue.backends.sql.tables import explain
 from kinetis_queue.backends.sql.timeouts import DEFAULT_OPERATION_TIMEOUT, bounded, client_options
 from kinetis_queue.backends.sql.unique import SqlLocks
@@ -167,8 +167,10 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     leave a transaction open on it. On PostgreSQL that connection commits asynchronously
     (``synchronous_commit = off``): a database crash can forget the last claims and settlements,
     which re-runs those jobs (at-least-once holds, and the token fence rejects the old receipt);
-    pushes stay synchronous. Behind a transaction pooler (an alias with DISABLE_SERVER_SIDE_CURSORS)
-    none of that session state is set, and idle workers poll instead of LISTENing (pooling.py).
+    pushes stay synchronous. Those settings are set only where the connection is a server session of
+    its own (SESSION_SETTINGS; by default, checked when it opens), never through a pooler, where they would
+    reach other clients; behind a transaction pooler (an alias with DISABLE_SERVER_SIDE_CURSORS) idle
+    workers also poll instead of LISTENing (pooling.py).
     """
 
     backend_name = "sql"
@@ -184,6 +186,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         connection: str | None = None,
         operation_timeout: float = DEFAULT_OPERATION_TIMEOUT,
         poll_pause: float | None = None,
+        session_settings: bool | None = None,
     ) -> None:
         super().__init__(connection=connection)
         self.database = database
@@ -193,6 +196,8 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         self._visibility_timeout = visibility_timeout
         #: POLL_PAUSE as configured (None: the database's default, see ``poll_pause``).
         self._poll_pause = poll_pause
+        #: SESSION_SETTINGS as configured (None: when the worker's connection owns its server session).
+        self.session_settings = session_settings
         self._local = threading.local()
         self._opened: list[BaseDatabaseWrapper] = []
         self._opened_lock = threading.Lock()
@@ -207,6 +212,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             connection=settings.name,
             operation_timeout=settings.options["OPERATION_TIMEOUT"],
             poll_pause=settings.options["POLL_PAUSE"],
+            session_settings=settings.options["SESSION_SETTINGS"],
         )
 
     @property
@@ -245,10 +251,19 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         if db.connection is None:
             with db.wrap_database_errors:  # a refused connection is Django's OperationalError, as everywhere
                 db.connect()
-            if db.vendor == "postgresql" and not transaction_pooled(self.database):
-                with bounded(db, self.operation_timeout), db.cursor() as cursor:
-                    cursor.execute(WORKER_SESSION)
+            if db.vendor == "postgresql":
+                with bounded(db, self.operation_timeout):
+                    if self._sets_session(db):
+                        with db.cursor() as cursor:
+                            cursor.execute(WORKER_SESSION)
         return db
+
+    def _sets_session(self, db: BaseDatabaseWrapper) -> bool:
+        """Whether the worker's freshly opened PostgreSQL connection gets WORKER_SESSION: SESSION_SETTINGS, or
+        by default only a connection that owns its server session (through a pooler, it would leak: pooling.py)."""
+        if self.session_settings is not None:
+            return self.session_settings
+        return not transaction_pooled(self.database) and owns_its_session(db)
 
     def _new_connection(self) -> BaseDatabaseWrapper:
         """A connection of this queue's own to the alias (not yet open), closed by ``dispose()``."""
