@@ -61,7 +61,10 @@ def owns_its_session(db: BaseDatabaseWrapper) -> bool:
     with db.cursor() as cursor:
         cursor.execute(SERVER_SIDE)
         client_host, client_port, server_host, server_port, backend_pid = cursor.fetchone()
-    sock = socket.socket(fileno=db.connection.pgconn.socket)
+    try:
+        sock = socket.socket(fileno=db.connection.pgconn.socket)
+    except OSError:  # pragma: no cover - a platform whose sockets Python cannot wrap: cannot tell
+        return False
     try:
         if sock.family == socket.AF_UNIX:
             return client_host is None and _serves(_peer_pid(sock), backend_pid)
@@ -73,6 +76,8 @@ def owns_its_session(db: BaseDatabaseWrapper) -> bool:
             and _same_host(local[0], client_host)
             and _same_host(peer[0], server_host)
         )
+    except OSError:  # pragma: no cover - the socket could not be asked: cannot tell
+        return False
     finally:
         sock.detach()  # the socket is psycopg's: never closed here
 
