@@ -12,16 +12,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connections as db_connections
 from django.db import transaction
+from django.db.utils import load_backend
 from django.test import override_settings
 
 from kinetis_queue import connections as queue_connections
 from kinetis_queue.backends.sql import SqlQueue
-from kinetis_queue.backends.sql.pooling import owns_its_session, transaction_pooled
+from kinetis_queue.backends.sql.pooling import _same_host, owns_its_session, transaction_pooled
 from kinetis_queue.backends.sql.queue import POLLING_POLL_PAUSE
 from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.conf import connection_settings
@@ -125,6 +127,9 @@ def test_an_idle_relay_of_a_pooled_outbox_polls_and_sends_a_committed_row(pgboun
 
 # -- Issue 27, item 10: the worker's SETs without DISABLE_SERVER_SIDE_CURSORS ----------------------------
 
+#: Where Debian's PostgreSQL listens on a Unix socket.
+UNIX_SOCKET_DIR = "/var/run/postgresql"
+
 
 @pytest.fixture
 def unmarked(pgbouncer: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[SqlQueue]:
@@ -186,3 +191,31 @@ def test_session_settings_must_be_a_boolean_or_none() -> None:
     with override_settings(KINETIS_QUEUE={"CONNECTIONS": {"default": bad}}):
         with pytest.raises(QueueConfigurationError, match=r"\['SESSION_SETTINGS'\] must be True or False"):
             connection_settings("default")
+
+
+def test_a_direct_connection_over_a_unix_socket_owns_its_session() -> None:
+    """Over a Unix socket the server's address is NULL: the process at the other end (the postmaster that
+    forked the backend) is what tells a direct connection from a pooler's."""
+    if not Path(UNIX_SOCKET_DIR).is_dir():
+        pytest.skip(f"no PostgreSQL Unix socket directory at {UNIX_SOCKET_DIR}")
+    settings_dict = {**db_connections["postgres"].settings_dict, "HOST": UNIX_SOCKET_DIR, "PORT": "5432"}
+    db = load_backend(settings_dict["ENGINE"]).DatabaseWrapper(settings_dict, "postgres-unix")
+    try:
+        db.ensure_connection()
+        assert owns_its_session(db)
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "same"),
+    [
+        ("127.0.0.1", "127.0.0.1", True),
+        ("::ffff:127.0.0.1", "127.0.0.1", True),
+        ("fe80::1%eth0", "fe80::1", True),
+        ("127.0.0.1", "10.0.0.5", False),
+        ("127.0.0.1", None, False),
+    ],
+)
+def test_addresses_are_compared_as_addresses(ours: str, theirs: str | None, same: bool) -> None:
+    assert _same_host(ours, theirs) is same
