@@ -493,6 +493,15 @@ class Queue(ABC):
         """
         return self._withdraw(validate_job_id(job_id))
 
+    def withdraw_many(self, job_ids: Sequence[str]) -> dict[str, Withdrawal]:
+        """``withdraw()`` for several jobs at once (a workflow's cancel): what was found, per id.
+
+        Every id is checked first, before any I/O. A store that can look jobs up does it in a fixed
+        number of statements whatever the count (the SQL backend: one read of the jobs table).
+        """
+        ids = list(dict.fromkeys(validate_job_id(job_id) for job_id in job_ids))
+        return self._withdraw_many(ids) if ids else {}
+
     def lock_store(self) -> LockStore:
         """Where this connection's unique locks live (kinetis_queue.unique): the backend's own store,
         else the Django database's, which the kinetis_queue app provides."""
@@ -569,6 +578,10 @@ class Queue(ABC):
     def _withdraw(self, job_id: str) -> Withdrawal:
         """``withdraw()``'s primitive for a checked id; by default the store cannot look a job up."""
         return Withdrawal.UNKNOWN
+
+    def _withdraw_many(self, job_ids: list[str]) -> dict[str, Withdrawal]:
+        """``withdraw_many()``'s primitive for checked, distinct ids; by default one ``_withdraw()`` each."""
+        return {job_id: self._withdraw(job_id) for job_id in job_ids}
 
     def _ack_many(self, jobs: Sequence[QueuedJob]) -> list[StaleJobHandleError | None]:
         """Ack each job (``ack_many()``'s primitive); by default one ``ack()`` each."""

@@ -90,8 +90,12 @@ def _dispatch(spec: Chain | Batch, queue_name: str, connection: str | None) -> W
 
 
 def _tell_running(told: list[tuple[str, str]]) -> None:
-    """Cancel the pushed members' jobs, so a queued one is skipped and a running one sees context.cancelled."""
-    from kinetis_queue.control import cancel
+    """Cancel the pushed members' jobs, so a queued one is skipped and a running one sees context.cancelled:
+    per connection at once (``cancel_many()``), so the statements do not grow with the member count."""
+    from kinetis_queue.control import cancel_many
 
+    per_connection: dict[str, list[str]] = {}
     for connection, job_id in told:
-        cancel(job_id, connection)
+        per_connection.setdefault(connection, []).append(job_id)
+    for connection, job_ids in per_connection.items():
+        cancel_many(job_ids, connection)

@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from kinetis_queue import cancel
 from kinetis_queue.contracts import Queue, Withdrawal
-from kinetis_queue.control import cancel_job
+from kinetis_queue.control import cancel_job, cancel_many
 from kinetis_queue.exceptions import InvalidQueueArgumentError, QueueConfigurationError
 from kinetis_queue.job import JobContext
 from kinetis_queue.models import Cancellation
@@ -213,3 +213,28 @@ def test_a_cancellation_committed_late_is_still_seen(monkeypatch: pytest.MonkeyP
     Cancellation.objects.create(pk=late_pk, connection=connection, job_id=late_id)
     blind.refresh()
     assert late_id not in blind.cancelled and after.job_id in blind.cancelled
+
+
+def test_cancel_many_answers_per_job_as_cancel_job_does(connection: Queue, backend: Backend, queue_name: str) -> None:
+    """``cancel_many()`` (a workflow's cancel): what was found per id, the held and unknown ones recorded."""
+    waiting = connection.push(jobs.Records("waiting"), queue=queue_name)
+    held_id = connection.push(jobs.Records("held"), queue=queue_name, priority=1 if backend.orders_by_priority else 0)
+    held = connection.pop(10, [queue_name])
+    assert held is not None
+    if held.id == waiting:  # a store without priorities delivered in push order
+        waiting, held_id = held_id, waiting
+    absent = uuid.uuid4().hex
+
+    found = cancel_many([waiting, held.id, absent, waiting], backend.connection)
+
+    if backend.database is not None:
+        assert found == {waiting: Withdrawal.REMOVED, held.id: Withdrawal.HELD, absent: Withdrawal.ABSENT}
+        assert connection.size(queue_name) == 0
+    else:
+        assert found == dict.fromkeys([waiting, held.id, absent], Withdrawal.UNKNOWN)
+    assert [job_id for job_id in (waiting, held.id, absent) if _recorded(backend, job_id)] == [
+        job_id for job_id, what in found.items() if what in (Withdrawal.HELD, Withdrawal.UNKNOWN)
+    ]
+    connection.ack(held)
+    with pytest.raises(InvalidQueueArgumentError):
+        cancel_many(["not-a-job-id"], backend.connection)

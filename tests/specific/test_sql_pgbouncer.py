@@ -11,18 +11,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connections as db_connections
 from django.db import transaction
+from django.db.utils import load_backend
+from django.test import override_settings
 
 from kinetis_queue import connections as queue_connections
 from kinetis_queue.backends.sql import SqlQueue
-from kinetis_queue.backends.sql.pooling import transaction_pooled
+from kinetis_queue.backends.sql.pooling import _same_host, owns_its_session, transaction_pooled
 from kinetis_queue.backends.sql.queue import POLLING_POLL_PAUSE
 from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.conf import connection_settings
+from kinetis_queue.exceptions import QueueConfigurationError
 from kinetis_queue.models import OutboxRecord
 from kinetis_queue.outbox.relay import Relay
 from tests.jobs import Noop
@@ -118,3 +123,99 @@ def test_an_idle_relay_of_a_pooled_outbox_polls_and_sends_a_committed_row(pgboun
         loop.stop()
         OutboxRecord.objects.using("pgbouncer").filter(connection="redisbouncer").delete()
         queue.dispose()
+
+
+# -- Issue 27, item 10: the worker's SETs without DISABLE_SERVER_SIDE_CURSORS ----------------------------
+
+#: Where Debian's PostgreSQL listens on a Unix socket.
+UNIX_SOCKET_DIR = "/var/run/postgresql"
+
+
+@pytest.fixture
+def unmarked(pgbouncer: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[SqlQueue]:
+    """The pgbouncer connection's queue, its alias without Django's pooling setting: nothing says it is pooled
+    (a project that never uses ``.iterator()`` has no reason to set it)."""
+    monkeypatch.setitem(db_connections["pgbouncer"].settings_dict, "DISABLE_SERVER_SIDE_CURSORS", False)
+    queue = queue_connections.build("pgbouncer")
+    assert isinstance(queue, SqlQueue) and not transaction_pooled("pgbouncer")
+    try:
+        yield queue
+    finally:
+        queue.dispose()
+
+
+def _worker_setting(queue: SqlQueue, name: str) -> str:
+    """``name`` as the worker's own connection sees it (opened and set up as a pop() opens it)."""
+    with queue._worker_db().cursor() as cursor:
+        cursor.execute(f"SHOW {name}")
+        return str(cursor.fetchone()[0])
+
+
+def test_a_worker_through_a_pooler_leaves_no_session_setting_by_default_without_djangos_pooling_setting(
+    unmarked: SqlQueue, queue_name: str
+) -> None:
+    """By default the worker's SETs need a connection that owns its server session: the pooler is seen."""
+    assert unmarked.session_settings is None
+    for _ in range(3):  # a pop opens the worker's connection (where the SETs would run) and claims
+        assert unmarked.pop(0.01, [queue_name]) is None
+    assert _server_settings("pgbouncer", "synchronous_commit") == {"on"}
+    assert _server_settings("pgbouncer", "enable_seqscan") == {"on"}
+    assert _server_settings("pgbouncer", "enable_bitmapscan") == {"on"}
+
+
+def test_only_a_direct_connection_is_seen_to_own_its_server_session(unmarked: SqlQueue) -> None:
+    direct = queue_connections.build("postgres")
+    assert isinstance(direct, SqlQueue)
+    try:
+        assert owns_its_session(direct._worker_db())
+        assert _worker_setting(direct, "synchronous_commit") == "off"  # a direct worker keeps its settings
+        assert not owns_its_session(unmarked._worker_db())
+    finally:
+        direct.dispose()
+
+
+@pytest.mark.parametrize(("configured", "expected"), [(True, "off"), (False, "on")])
+def test_session_settings_decides_on_a_direct_connection(configured: bool, expected: str) -> None:
+    """SESSION_SETTINGS: True sets them without the check (a session pooler, say), False never does."""
+    settings = connection_settings("postgres")
+    queue = SqlQueue.from_settings(replace(settings, options={**settings.options, "SESSION_SETTINGS": configured}))
+    try:
+        assert queue.session_settings is configured
+        assert _worker_setting(queue, "synchronous_commit") == expected
+    finally:
+        queue.dispose()
+
+
+def test_session_settings_must_be_a_boolean_or_none() -> None:
+    bad = {"BACKEND": "sql", "DATABASE": "postgres", "SESSION_SETTINGS": "yes"}
+    with override_settings(KINETIS_QUEUE={"CONNECTIONS": {"default": bad}}):
+        with pytest.raises(QueueConfigurationError, match=r"\['SESSION_SETTINGS'\] must be True or False"):
+            connection_settings("default")
+
+
+def test_a_direct_connection_over_a_unix_socket_owns_its_session() -> None:
+    """Over a Unix socket the server's address is NULL: the process at the other end (the postmaster that
+    forked the backend) is what tells a direct connection from a pooler's."""
+    if not Path(UNIX_SOCKET_DIR).is_dir():
+        pytest.skip(f"no PostgreSQL Unix socket directory at {UNIX_SOCKET_DIR}")
+    settings_dict = {**db_connections["postgres"].settings_dict, "HOST": UNIX_SOCKET_DIR, "PORT": "5432"}
+    db = load_backend(settings_dict["ENGINE"]).DatabaseWrapper(settings_dict, "postgres-unix")
+    try:
+        db.ensure_connection()
+        assert owns_its_session(db)
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "same"),
+    [
+        ("127.0.0.1", "127.0.0.1", True),
+        ("::ffff:127.0.0.1", "127.0.0.1", True),
+        ("fe80::1%eth0", "fe80::1", True),
+        ("127.0.0.1", "10.0.0.5", False),
+        ("127.0.0.1", None, False),
+    ],
+)
+def test_addresses_are_compared_as_addresses(ours: str, theirs: str | None, same: bool) -> None:
+    assert _same_host(ours, theirs) is same

@@ -22,7 +22,7 @@ import pytest
 from django.db import connections as db_connections
 
 from kinetis_queue.backends.sql import SqlQueue
-from kinetis_queue.backends.sql.claim import LOCKING_SELECT, ORDER, SQLITE_PART, postgresql_claim
+from kinetis_queue.backends.sql.claim import CANDIDATES, LOCK_CANDIDATES, ORDER, SQLITE_PART, postgresql_claim
 
 #: The claim before issue 14: one queue, ORDER BY id LIMIT 1 (the regression's query shape).
 OLD_CLAIM = (
@@ -111,17 +111,25 @@ def test_postgresql_claim_on_the_stale_table_reserves_in_order(stale_postgres: S
     assert len(reserved.jobs) == 3
 
 
-def test_mariadb_locking_select_reads_the_queue_index_without_a_filesort(queue_name: str) -> None:
+def test_mariadb_claim_reads_the_queue_index_without_a_filesort_and_locks_by_primary_key(queue_name: str) -> None:
     now = time.time()
     with db_connections["mariadb"].cursor() as cursor:
         cursor.execute("ANALYZE TABLE kinetis_queue_jobs")
         cursor.fetchall()
-        cursor.execute("EXPLAIN " + LOCKING_SELECT, [queue_name, now, now - 300, 32])
-        columns = [column[0] for column in cursor.description]
-        rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
-    assert [row["key"] for row in rows] == [INDEX], rows
-    assert "filesort" not in (rows[0]["Extra"] or ""), rows
-    assert f"ORDER BY {ORDER} LIMIT" in LOCKING_SELECT
+        plans = []
+        for statement, params in [
+            (CANDIDATES, [queue_name, now, now - 300, 32]),
+            (LOCK_CANDIDATES.format("%s, %s"), [1, 2, now, now - 300]),
+        ]:
+            cursor.execute("EXPLAIN " + statement, params)
+            columns = [column[0] for column in cursor.description]
+            plans.append([dict(zip(columns, row, strict=True)) for row in cursor.fetchall()])
+    candidates, locking = plans
+    assert [row["key"] for row in candidates] == [INDEX], candidates
+    assert "filesort" not in (candidates[0]["Extra"] or ""), candidates
+    assert f"ORDER BY {ORDER} LIMIT" in CANDIDATES and "FOR UPDATE" not in CANDIDATES
+    assert [row["key"] for row in locking] == ["PRIMARY"], locking
+    assert "ORDER BY" not in LOCK_CANDIDATES
 
 
 def test_sqlite_claim_reads_the_queue_index_without_a_temporary_sort(queue_name: str) -> None:

@@ -16,11 +16,14 @@ Each sweep is one reservation of up to ``limit`` rows (contract: "Backend mechan
 PostgreSQL does it in one statement: a LATERAL subquery per requested queue (in list order) locks
 rows under SKIP LOCKED until ``limit`` are found, and the UPDATE writes exactly those; a claim is
 one round trip and one commit whatever ``limit`` is. MySQL 8 / MariaDB 10.6+ have SKIP LOCKED but
-no ``UPDATE ... RETURNING``, so they lock with ``SELECT ... FOR UPDATE SKIP LOCKED`` (one per queue
-in priority order, until ``limit`` rows are held) and write them all with one ``UPDATE`` by primary
-key in the same transaction. Ordered by the ``(queue, priority DESC, id)`` index, a locking SELECT locks the rows
-it returns; ordered by an expression, it would be a filesort, for which InnoDB locks every matching
-row it reads, so a concurrent claim skipped them all (tests/faults/test_races.py G2). SQLite has no
+no ``UPDATE ... RETURNING``: they read the claimable rows' ids without a lock (one plain SELECT per
+queue in priority order, through the ``(queue, priority DESC, id)`` index, never a filesort), then lock
+those rows by primary key with ``SELECT ... FOR UPDATE SKIP LOCKED`` (claimability tested again) and
+write them all with one ``UPDATE`` by primary key in the same transaction. InnoDB locks every row a
+locking read reaches, whether or not the WHERE then keeps it: a locking read through the index would
+lock the rows not due yet on its way and hide them from every other claim until its COMMIT, one that
+became due meanwhile included (issue 27, item 17), and through a filesort every matching row (a
+concurrent claim skipped them all: tests/faults/test_races.py G2). SQLite has no
 row locks: its writers are serialized, so one guarded ``UPDATE ... RETURNING`` whose WHERE repeats
 the claimability test cannot claim a row another claim took first.
 
@@ -79,11 +82,19 @@ POSTGRESQL_CLAIM: Final = (
 #: SQLite: one queue's part of the guarded claim (in the order of the claim index).
 SQLITE_PART: Final = f"SELECT id FROM kinetis_queue_jobs WHERE queue = %s AND {CLAIMABLE} ORDER BY {ORDER} LIMIT %s"
 
-#: MySQL/MariaDB: the locking SELECT of one queue (run per queue in priority order).
-LOCKING_SELECT: Final = (
-    f"SELECT {COLUMNS}, reserved_token FROM kinetis_queue_jobs WHERE queue = %s AND {CLAIMABLE} "
-    f"ORDER BY {ORDER} LIMIT %s FOR UPDATE SKIP LOCKED"
+#: MySQL/MariaDB: one queue's claimable rows in delivery order, a plain read (no lock; run per queue in
+#: priority order). It reads a few more than wanted (CLAIM_SPARE), for the rows concurrent claims take first.
+CANDIDATES: Final = f"SELECT id FROM kinetis_queue_jobs WHERE queue = %s AND {CLAIMABLE} ORDER BY {ORDER} LIMIT %s"
+#: Then those rows, by primary key, locked under SKIP LOCKED with claimability checked again (``{}``: the
+#: placeholders): InnoDB locks each row such a read reaches before the WHERE is applied, so the claim
+#: reaches only rows it means to take, never a row that is not due yet (see ``_claim_locked_transaction``).
+LOCK_CANDIDATES: Final = (
+    f"SELECT {COLUMNS}, reserved_token FROM kinetis_queue_jobs WHERE id IN ({{}}) AND {CLAIMABLE} "
+    "FOR UPDATE SKIP LOCKED"
 )
+#: Rows read besides ``limit`` by CANDIDATES: how many concurrent claims of the same rows a claim outlasts
+#: before it comes back empty (its popper then pauses, and the next sweep reads afresh).
+CLAIM_SPARE: Final = 8
 
 
 def claim_many(
@@ -119,38 +130,65 @@ def _claim_one_statement(
 def _claim_locked_transaction(
     db: BaseDatabaseWrapper, queues: tuple[str, ...], limit: int, now: float, expired_before: float
 ) -> list[tuple[Any, ...]]:
-    claimed: list[tuple[Any, ...]] = []
+    """MySQL/MariaDB: read the candidates without a lock, then lock them by primary key, ``limit`` at a time.
+
+    A locking read through the claim index would lock every row it scans on the way to ``limit`` due ones,
+    the rows not due yet included (``available_at`` is not in the index, so InnoDB locks the row before the
+    WHERE rejects it), and keep them locked until its COMMIT; every other claim meanwhile skips them under
+    SKIP LOCKED, a row that became due in between included: that claim pops nothing though a job is due
+    (issue 27, item 17). Locked by primary key, only the rows this claim takes are reached (and a row a
+    concurrent claim took first, skipped or rejected by the repeated test): the next candidates are then
+    tried, in delivery order, so a busy queue is not left for a pause. No candidate: no transaction.
+    """
+    candidates: list[Any] = []
     with db.cursor() as cursor:
-        cursor.execute("START TRANSACTION")
-        try:
-            locked: list[tuple[Any, ...]] = []
-            for name in queues:
-                cursor.execute(LOCKING_SELECT, [name, now, expired_before, limit - len(locked)])
-                locked += cursor.fetchall()
-                if len(locked) >= limit:
-                    break
-            if not locked:
-                cursor.execute("COMMIT")
-                return []
-            tokens, attempts, ids = [], [], []
-            for row in locked:
-                token = secrets.token_hex(16)
-                count = row[6] + (0 if row[9] is None else 1)
-                claimed.append((*row[:6], count, *row[7:9], token))
-                tokens += [row[0], token]
-                attempts += [row[0], count]
-                ids.append(row[0])
-            whens = " ".join(["WHEN %s THEN %s"] * len(locked))
-            placeholders = ", ".join(["%s"] * len(locked))
-            cursor.execute(
-                f"UPDATE kinetis_queue_jobs SET reserved_at = %s, reserved_token = CASE id {whens} END, "
-                f"attempts = CASE id {whens} END WHERE id IN ({placeholders})",
-                [now, *tokens, *attempts, *ids],
-            )
+        for name in queues:
+            cursor.execute(CANDIDATES, [name, now, expired_before, limit + CLAIM_SPARE - len(candidates)])
+            candidates += [row[0] for row in cursor.fetchall()]
+            if len(candidates) >= limit + CLAIM_SPARE:
+                break
+        if not candidates:
+            return []
+        return _lock_and_write(cursor, candidates, limit, now, expired_before)
+
+
+def _lock_and_write(
+    cursor: Any, candidates: list[Any], limit: int, now: float, expired_before: float
+) -> list[tuple[Any, ...]]:
+    """Lock up to ``limit`` of ``candidates`` (in their order) and write their reservations, in one transaction."""
+    claimed: list[tuple[Any, ...]] = []
+    cursor.execute("START TRANSACTION")
+    try:
+        locked: list[tuple[Any, ...]] = []
+        start = 0
+        while len(locked) < limit and start < len(candidates):
+            chunk = candidates[start : start + limit - len(locked)]
+            start += len(chunk)
+            cursor.execute(LOCK_CANDIDATES.format(", ".join(["%s"] * len(chunk))), [*chunk, now, expired_before])
+            found = {row[0]: row for row in cursor.fetchall()}
+            locked += [found[row_id] for row_id in chunk if row_id in found]
+        if not locked:
             cursor.execute("COMMIT")
-        except BaseException:
-            rollback_quietly(cursor)
-            raise
+            return []
+        tokens, attempts, ids = [], [], []
+        for row in locked:
+            token = secrets.token_hex(16)
+            count = row[6] + (0 if row[9] is None else 1)
+            claimed.append((*row[:6], count, *row[7:9], token))
+            tokens += [row[0], token]
+            attempts += [row[0], count]
+            ids.append(row[0])
+        whens = " ".join(["WHEN %s THEN %s"] * len(locked))
+        placeholders = ", ".join(["%s"] * len(locked))
+        cursor.execute(
+            f"UPDATE kinetis_queue_jobs SET reserved_at = %s, reserved_token = CASE id {whens} END, "
+            f"attempts = CASE id {whens} END WHERE id IN ({placeholders})",
+            [now, *tokens, *attempts, *ids],
+        )
+        cursor.execute("COMMIT")
+    except BaseException:
+        rollback_quietly(cursor)
+        raise
     return claimed
 
 

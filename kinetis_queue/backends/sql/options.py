@@ -25,6 +25,9 @@ OPTIONS = BackendOptions(
         Option("DATABASE", "default", _database),
         #: Whether psycopg prepares the push INSERT (off behind a transaction-pooling PgBouncer).
         Option("PREPARED_STATEMENTS", True, boolean),
+        #: PostgreSQL: whether the worker's connection sets its session settings (queue.py WORKER_SESSION);
+        #: None: only when that connection is a server session of its own (pooling.py ``owns_its_session``).
+        Option("SESSION_SETTINGS", None, optional(boolean)),
         #: Seconds one worker-side call may take (see timeouts.py).
         Option("OPERATION_TIMEOUT", DEFAULT_OPERATION_TIMEOUT, number(0, low_open=True)),
         #: Seconds an idle worker pauses between two empty claims (queue.py ``default_poll_pause``);

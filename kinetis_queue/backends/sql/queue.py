@@ -14,7 +14,7 @@ from django.db.utils import load_backend
 
 from kinetis_queue.backends.sql.claim import claim_many, rollback_quietly
 from kinetis_queue.backends.sql.options import OPTIONS
-from kinetis_queue.backends.sql.pooling import transaction_pooled
+from kinetis_queue.backends.sql.pooling import owns_its_session, transaction_pooled
 from kinetis_queue.backends.sql.tables import explain
 from kinetis_queue.backends.sql.timeouts import DEFAULT_OPERATION_TIMEOUT, bounded, client_options
 from kinetis_queue.backends.sql.unique import SqlLocks
@@ -118,6 +118,14 @@ QUEUE_NAMES = "SELECT DISTINCT queue FROM kinetis_queue_jobs ORDER BY queue"
 FIND_JOB = "SELECT id, reserved_at FROM kinetis_queue_jobs WHERE job_id = %s"
 #: Then each unreserved row found, by primary key: a claim that reserved it in between wins (0 rows).
 WITHDRAW = "DELETE FROM kinetis_queue_jobs WHERE id = %s AND reserved_at IS NULL"
+#: withdraw_many() (a workflow's cancel): FIND_JOB and WITHDRAW for many ids, each one statement (a
+#: single read of the jobs table, then deletes by primary key), whatever the number of jobs, up to a
+#: database's parameter ceiling (SQLite). ``{}``: the placeholders.
+FIND_JOBS = "SELECT id, job_id, reserved_at FROM kinetis_queue_jobs WHERE job_id IN ({})"
+WITHDRAW_ROWS = "DELETE FROM kinetis_queue_jobs WHERE id IN ({}) AND reserved_at IS NULL"
+#: MySQL (no DELETE ... RETURNING), after a WITHDRAW_ROWS that deleted fewer rows than it named: which
+#: of them a claim reserved in between (one it reserved and settled meanwhile then counts as removed).
+STILL_THERE = "SELECT id FROM kinetis_queue_jobs WHERE id IN ({})"
 #: PostgreSQL, the worker's own connection: asynchronous commit (see SqlQueue), READ COMMITTED (the
 #: claim's SKIP LOCKED needs it: at REPEATABLE READ or SERIALIZABLE, which an alias's isolation_level
 #: gives only atomic() blocks but a server or role default gives every statement, concurrent claims
@@ -159,8 +167,10 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
     leave a transaction open on it. On PostgreSQL that connection commits asynchronously
     (``synchronous_commit = off``): a database crash can forget the last claims and settlements,
     which re-runs those jobs (at-least-once holds, and the token fence rejects the old receipt);
-    pushes stay synchronous. Behind a transaction pooler (an alias with DISABLE_SERVER_SIDE_CURSORS)
-    none of that session state is set, and idle workers poll instead of LISTENing (pooling.py).
+    pushes stay synchronous. Those settings are set only where the connection is a server session of
+    its own (SESSION_SETTINGS; by default, checked when it opens), never through a pooler, where they would
+    reach other clients; behind a transaction pooler (an alias with DISABLE_SERVER_SIDE_CURSORS) idle
+    workers also poll instead of LISTENing (pooling.py).
     """
 
     backend_name = "sql"
@@ -176,6 +186,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         connection: str | None = None,
         operation_timeout: float = DEFAULT_OPERATION_TIMEOUT,
         poll_pause: float | None = None,
+        session_settings: bool | None = None,
     ) -> None:
         super().__init__(connection=connection)
         self.database = database
@@ -185,6 +196,8 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         self._visibility_timeout = visibility_timeout
         #: POLL_PAUSE as configured (None: the database's default, see ``poll_pause``).
         self._poll_pause = poll_pause
+        #: SESSION_SETTINGS as configured (None: when the worker's connection owns its server session).
+        self.session_settings = session_settings
         self._local = threading.local()
         self._opened: list[BaseDatabaseWrapper] = []
         self._opened_lock = threading.Lock()
@@ -199,6 +212,7 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             connection=settings.name,
             operation_timeout=settings.options["OPERATION_TIMEOUT"],
             poll_pause=settings.options["POLL_PAUSE"],
+            session_settings=settings.options["SESSION_SETTINGS"],
         )
 
     @property
@@ -237,10 +251,19 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         if db.connection is None:
             with db.wrap_database_errors:  # a refused connection is Django's OperationalError, as everywhere
                 db.connect()
-            if db.vendor == "postgresql" and not transaction_pooled(self.database):
-                with bounded(db, self.operation_timeout), db.cursor() as cursor:
-                    cursor.execute(WORKER_SESSION)
+            if db.vendor == "postgresql":
+                with bounded(db, self.operation_timeout):
+                    if self._sets_session(db):
+                        with db.cursor() as cursor:
+                            cursor.execute(WORKER_SESSION)
         return db
+
+    def _sets_session(self, db: BaseDatabaseWrapper) -> bool:
+        """Whether the worker's freshly opened PostgreSQL connection gets WORKER_SESSION: SESSION_SETTINGS, or
+        by default only a connection that owns its server session (through a pooler, it would leak: pooling.py)."""
+        if self.session_settings is not None:
+            return self.session_settings
+        return not transaction_pooled(self.database) and owns_its_session(db)
 
     def _new_connection(self) -> BaseDatabaseWrapper:
         """A connection of this queue's own to the alias (not yet open), closed by ``dispose()``."""
@@ -636,6 +659,44 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         if removed:
             return Withdrawal.REMOVED
         return Withdrawal.HELD if rows else Withdrawal.ABSENT
+
+    def _withdraw_many(self, job_ids: list[str]) -> dict[str, Withdrawal]:
+        """``_withdraw()`` for many ids in a fixed number of statements (FIND_JOBS, WITHDRAW_ROWS), not one
+        read of the jobs table per job: a workflow's cancel runs inside an admin request."""
+        db = connections[self.database]
+        ceiling = db.features.max_query_params
+        step = len(job_ids) if ceiling is None else max(1, min(len(job_ids), ceiling))
+        found: dict[str, Withdrawal] = dict.fromkeys(job_ids, Withdrawal.ABSENT)
+        with db.cursor() as cursor:
+            for start in range(0, len(job_ids), step):
+                found.update(self._withdraw_chunk(db, cursor, job_ids[start : start + step]))
+        return found
+
+    @staticmethod
+    def _withdraw_chunk(db: BaseDatabaseWrapper, cursor: Any, job_ids: list[str]) -> dict[str, Withdrawal]:
+        """Withdraw the jobs of ``job_ids`` (at most the parameter ceiling): what was found for those in the table.
+
+        A claim that reserved a row between the read and the delete wins, as in ``_withdraw()``.
+        """
+        cursor.execute(FIND_JOBS.format(", ".join(["%s"] * len(job_ids))), job_ids)
+        rows = cursor.fetchall()
+        found = {job_id: Withdrawal.HELD for _, job_id, _ in rows}
+        waiting = {row_id: job_id for row_id, job_id, reserved_at in rows if reserved_at is None}
+        if not waiting:
+            return found
+        marks = ", ".join(["%s"] * len(waiting))
+        if db.vendor == "mysql" and not getattr(db, "mysql_is_mariadb", False):  # pragma: no cover - MySQL only
+            cursor.execute(WITHDRAW_ROWS.format(marks), list(waiting))
+            removed = set(waiting)
+            if cursor.rowcount != len(waiting):
+                cursor.execute(STILL_THERE.format(marks), list(waiting))
+                removed -= {row[0] for row in cursor.fetchall()}
+        else:
+            cursor.execute(f"{WITHDRAW_ROWS.format(marks)} RETURNING id", list(waiting))
+            removed = {row[0] for row in cursor.fetchall()}
+        for row_id in removed:
+            found[waiting[row_id]] = Withdrawal.REMOVED
+        return found
 
     def queue_names(self) -> list[str]:
         with connections[self.database].cursor() as cursor:
