@@ -24,11 +24,11 @@ from django.utils import timezone
 from kinetis_queue.contracts import QueuedJob
 from kinetis_queue.envelope import decode_args, decode_metadata, dumps, loads
 from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedQueuedJobDataError
+from kinetis_queue.printable import escape
 from kinetis_queue.priority import DEFAULT_PRIORITY, priority_of
 from kinetis_queue.redaction import scrub, sensitive_values
 from kinetis_queue.serializer import deserialize_job
 from kinetis_queue.transactions import write_atomic
-from kinetis_queue.printable import escape
 from kinetis_queue.validation import validate_max_attempts, validate_queue_name
 
 if TYPE_CHECKING:

@@ -12,10 +12,13 @@ from __future__ import annotations
 import re
 from typing import Final
 
+#: Invisible characters that reorder or break what a terminal shows: bidirectional marks and overrides,
+#: the Unicode line and paragraph separators; and lone surrogates.
+_UNICODE: Final = r"\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 #: Every character escaped in a one-line text.
-_IN_LINE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_IN_LINE: Final = re.compile(rf"[\x00-\x1f\x7f-\x9f{_UNICODE}]")
 #: The same, but tab and newline kept: a multi-line text (a command's output, a traceback).
-_IN_LINES: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_IN_LINES: Final = re.compile(rf"[\x00-\x08\x0b-\x1f\x7f-\x9f{_UNICODE}]")
 
 
 def escape(match: re.Match[str]) -> str:

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from kinetis_queue import conf
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name
+from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.observability.health import check
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Exit 0 when the connection's store answers and one of its workers was seen in the last 15 seconds "
         "(and none is stalled); 1 otherwise, saying why. For probes and monitoring."
