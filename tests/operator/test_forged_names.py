@@ -13,6 +13,7 @@ from django.test import override_settings
 
 from kinetis_queue.contracts import Queue
 from kinetis_queue.contrib.receivers import QueuedReceiverJob
+from kinetis_queue.management.commands.queue_work import Command as QueueWork
 from kinetis_queue.observability import setup
 from kinetis_queue.observability.history import WRITER
 from kinetis_queue.observability.logs import PlainFormatter
@@ -64,10 +65,22 @@ def _fail_forged(queue: Queue, backend: Backend, queue_name: str) -> None:
         worker.close()
 
 
-def test_a_forged_name_is_escaped_in_queue_failed_and_in_a_plain_log_line(
+def test_a_forged_name_is_escaped_in_queue_work_queue_failed_and_a_plain_log_line(
     connection: Queue, backend: Backend, queue_name: str, plain_log: io.StringIO
 ) -> None:
-    _fail_forged(connection, backend, queue_name)
+    connection.push(QueuedReceiverJob(FORGED, None, {}), queue=queue_name, max_attempts=1)
+    worked = io.StringIO()
+    call_command(
+        "queue_work",
+        f"--connection={backend.connection}",
+        f"--queue={queue_name}",
+        "--once",
+        "--no-schedule",
+        "--no-relay",
+        stdout=worked,
+    )
+    [line] = [line for line in worked.getvalue().splitlines() if "forged.receivers" in line]
+    assert ESCAPED in line and "\x1b" not in line  # queue_work's own line about the job
     out = io.StringIO()
     call_command("queue_failed", f"--queue={queue_name}", stdout=out)
     listing = out.getvalue()
@@ -76,6 +89,22 @@ def test_a_forged_name_is_escaped_in_queue_failed_and_in_a_plain_log_line(
     [line] = [line for line in plain_log.getvalue().splitlines() if "failed permanently" in line]
     assert ESCAPED in line and "\x1b" not in line
     assert "\nWARNING all good" not in plain_log.getvalue()  # no forged line of its own
+
+
+def test_queue_work_logs_through_the_escaping_formatter_when_the_project_sets_none() -> None:
+    logger = logging.getLogger("kinetis_queue")
+    handlers, level = logger.handlers[:], logger.level
+    for handler in handlers:
+        logger.removeHandler(handler)
+    added = QueueWork()._attach_log_handler(1)
+    try:
+        assert added is not None and isinstance(added.formatter, PlainFormatter)
+    finally:
+        if added is not None:
+            logger.removeHandler(added)
+        for handler in handlers:
+            logger.addHandler(handler)
+        logger.setLevel(level)
 
 
 def test_a_forged_name_is_counted_under_one_unknown_label(

@@ -26,6 +26,7 @@ from kinetis_queue.management.commands._arguments import (
 )
 from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.observability.logs import PlainFormatter
+from kinetis_queue.printable import printable
 from kinetis_queue.restart import marker_for
 from kinetis_queue.validation import MAX_RETRY_DELAY
 from kinetis_queue.worker import DEFAULT_PREFETCH, ExitReason, JobOutcome, JobReport, Worker
@@ -342,7 +343,7 @@ class Command(QueueCommand):
             JobOutcome.FAILED: self.style.ERROR,
         }[report.outcome]
         self._say(
-            f"[{when}] {report.name or report.job_class} on {report.queue}, attempt {report.attempt}: "
+            f"[{when}] {printable(report.name or report.job_class)} on {report.queue}, attempt {report.attempt}: "
             f"{report.outcome} in {report.duration:.3f}s{detail}",
             style,
         )
