@@ -29,6 +29,7 @@ from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.hooks import DeliveryHooks
 from kinetis_queue.outcomes import JobReport
 from kinetis_queue.printable import printable
+from kinetis_queue.worker_log import PrintableArgs
 
 #: The record attributes the formatter copies when present.
 FIELDS: Final = (
@@ -45,6 +46,7 @@ FIELDS: Final = (
 )
 
 jobs_logger = logging.getLogger("kinetis_queue.jobs")
+jobs_logger.addFilter(PrintableArgs())
 
 
 class JsonFormatter(logging.Formatter):

@@ -1,5 +1,6 @@
 """Names a payload chooses (issue 27, item 7): a forged receiver name reaches the metrics and the history as
-one "(unknown)" label, and queue_failed's output and a plain log line with its control characters escaped."""
+one "(unknown)" label, and queue_work's and queue_failed's output and a plain log line with its control
+characters escaped."""
 
 from __future__ import annotations
 
@@ -43,10 +44,10 @@ def counted() -> Iterator[None]:
 
 @pytest.fixture
 def plain_log() -> Iterator[io.StringIO]:
-    """The worker's log lines as queue_work writes them on a terminal (PlainFormatter)."""
+    """The worker's log lines through a plain handler with logging's own formatter, as a project's may be."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(PlainFormatter("%(levelname)s %(name)s %(message)s"))
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
     logger = logging.getLogger("kinetis_queue.worker")
     logger.addHandler(handler)
     try:
@@ -99,6 +100,8 @@ def test_queue_work_logs_through_the_escaping_formatter_when_the_project_sets_no
     added = QueueWork()._attach_log_handler(1)
     try:
         assert added is not None and isinstance(added.formatter, PlainFormatter)
+        said = logging.LogRecord("kinetis_queue.jobs", logging.INFO, __file__, 1, "said \x1b[2J%s", ("\nforged",), None)
+        assert added.format(said).endswith(" INFO kinetis_queue.jobs said \\x1b[2J\\x0aforged")
     finally:
         if added is not None:
             logger.removeHandler(added)
