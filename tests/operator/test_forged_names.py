@@ -9,8 +9,9 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from kinetis_queue.contracts import Queue
 from kinetis_queue.contrib.receivers import QueuedReceiverJob
@@ -21,7 +22,6 @@ from kinetis_queue.observability.logs import PlainFormatter
 from kinetis_queue.observability.tally import TALLY
 from kinetis_queue.registry import UNKNOWN_NAME
 from kinetis_queue.worker import Worker
-from tests.settings import KINETIS_QUEUE
 from tests.support.backends import Backend
 
 pytestmark = pytest.mark.trait("stores_jobs")
@@ -34,8 +34,10 @@ ESCAPED = "\\x1b[2Jforged.receivers.wipe\\x0aWARNING all good"
 
 @pytest.fixture
 def counted() -> Iterator[None]:
-    """HISTORY on (the process's tally counts pushes and deliveries); its writer stopped after."""
-    with override_settings(KINETIS_QUEUE={**KINETIS_QUEUE, "HISTORY": True}):
+    """HISTORY and METRICS on (the process's tally counts pushes and deliveries, the metrics view reads
+    it, open to this client); the history's writer stopped after."""
+    switches = {"HISTORY": True, "METRICS": True, "ENDPOINTS": {"ALLOW": ["127.0.0.1"]}}
+    with override_settings(KINETIS_QUEUE={**settings.KINETIS_QUEUE, **switches}):
         setup.configure()
         yield
         WRITER.stop()
@@ -118,3 +120,7 @@ def test_a_forged_name_is_counted_under_one_unknown_label(
     labels = {key[2]: counts for key, counts in TALLY.totals().items() if key[1] == queue_name}
     assert list(labels) == [UNKNOWN_NAME]
     assert labels[UNKNOWN_NAME][0] == 2  # both pushes, under the one label
+    page = Client().get("/queue/metrics/").content.decode()
+    series = [line for line in page.splitlines() if f'queue="{queue_name}"' in line and "_depth" not in line]
+    assert series and all('job="(unknown)"' in line for line in series)
+    assert "forged" not in page
