@@ -48,6 +48,10 @@ TABLES_MISSING: Final = "tables_missing"
 DATABASE_UNREACHABLE: Final = "database_unreachable"
 
 
+#: The metrics view's answer to an untrusted caller: what lets a scraper in, nothing about the site.
+FORBIDDEN: Final = "Forbidden: KINETIS_QUEUE['ENDPOINTS'] trusts a bearer TOKEN or the client addresses in ALLOW.\n"
+
+
 def trusted(request: HttpRequest, rule: conf.EndpointSettings) -> bool:
     """Whether ``request`` passes ENDPOINTS' rule: the bearer TOKEN, or a client address in ALLOW."""
     if rule.token is not None:
@@ -189,7 +193,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if not settings.metrics:
         raise Http404("KINETIS_QUEUE['METRICS'] is off")
     if not trusted(request, settings.endpoints):
-        return HttpResponse("Forbidden\n", status=403, content_type="text/plain; charset=utf-8")
+        return HttpResponse(FORBIDDEN, status=403, content_type="text/plain; charset=utf-8")
     from prometheus_client import CONTENT_TYPE_LATEST
 
     body = ANSWERS.get(("metrics",), settings.endpoints.cache_seconds, _exposition)
