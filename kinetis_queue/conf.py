@@ -12,6 +12,7 @@ import importlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from typing import Any
 
 from django.conf import settings
@@ -109,6 +110,27 @@ class ConnectionSettings:
     outbox: OutboxSettings | None = None
 
 
+#: ENDPOINTS' CACHE_SECONDS when not set: an answer of the health and metrics views is reused this long.
+DEFAULT_CACHE_SECONDS = 5
+#: The shortest bearer TOKEN accepted: one that cannot be guessed.
+MIN_TOKEN_LENGTH = 16
+
+
+@dataclass(frozen=True)
+class EndpointSettings:
+    """KINETIS_QUEUE["ENDPOINTS"], validated: the access rule of the health and metrics views.
+
+    A request is trusted when it carries ``Authorization: Bearer <TOKEN>`` or comes from an address in
+    ALLOW; with neither set, none is: the metrics view answers 403 and the health view its status and
+    reason codes only.
+    """
+
+    token: str | None
+    allow: tuple[IPv4Network | IPv6Network, ...]
+    #: Seconds an answer is reused: the stores are read at most once per window, however many ask.
+    cache_seconds: float
+
+
 @dataclass(frozen=True)
 class QueueSettings:
     default_connection: str
@@ -124,6 +146,9 @@ class QueueSettings:
     #: HISTORY: per-minute counts in the Django database, for queue_status --history and the dashboard
     #: (kinetis_queue/observability/history.py). On by default.
     history: bool = True
+    #: ENDPOINTS: who may read the health view's details and the metrics view, and how long an answer is
+    #: reused (kinetis_queue/observability/views.py).
+    endpoints: EndpointSettings = field(default_factory=lambda: EndpointSettings(None, (), DEFAULT_CACHE_SECONDS))
 
 
 def _shared(option: Option, value: Any, path: KeyPath, max_visibility_timeout: int | None) -> Any:
@@ -149,6 +174,7 @@ def load() -> QueueSettings:
         "IMPORTS",
         "SCHEDULE",
         "MAIL",  # validated by mail() alone (check kinetis_queue.E009), so a bad MAIL stops no push
+        "ENDPOINTS",
         *OBSERVABILITY_KEYS,
         *SHARED_KEYS,
     }
@@ -171,8 +197,8 @@ def load() -> QueueSettings:
     for name in OBSERVABILITY_KEYS:
         if name in raw:
             boolean(raw[name], (name,))
-    flags = (bool(raw.get(name, default)) for name, default in OBSERVABILITY_KEYS.items())
-    return QueueSettings(default, parsed, _imports(raw), *flags)
+    flags = {name.lower(): bool(raw.get(name, default)) for name, default in OBSERVABILITY_KEYS.items()}
+    return QueueSettings(default, parsed, _imports(raw), **flags, endpoints=_endpoints(raw))
 
 
 #: A dotted module name: identifiers separated by dots.
@@ -345,6 +371,51 @@ def mail() -> MailSettings:
         max_bytes=values["MAX_BYTES"],
         on_commit=values["ON_COMMIT"],
     )
+
+
+# -- KINETIS_QUEUE["ENDPOINTS"]: the health and metrics views (kinetis_queue/observability/views.py) -------
+
+
+def _token(value: Any, path: KeyPath) -> None:
+    if type(value) is not str or len(value) < MIN_TOKEN_LENGTH or not value.isascii() or not value.isprintable():
+        raise fail(path, f"must be a string of at least {MIN_TOKEN_LENGTH} printable ASCII characters")
+    if " " in value:
+        raise fail(path, "must not contain a space")
+
+
+def _networks(value: Any, path: KeyPath) -> None:
+    if not isinstance(value, list | tuple):
+        raise fail(path, "must be a list of client addresses or networks, such as ['127.0.0.1', '10.0.0.0/8']")
+    for index, item in enumerate(value):
+        try:
+            ip_network(item, strict=False)
+        except (TypeError, ValueError):
+            raise QueueConfigurationError(
+                f"{key(*path)}[{index}] must be an IP address or network, such as '10.0.0.0/8'"
+            ) from None
+
+
+#: The keys of KINETIS_QUEUE["ENDPOINTS"].
+ENDPOINTS_SCHEMA = BackendOptions(
+    options=(
+        Option("TOKEN", None, optional(_token)),
+        Option("ALLOW", (), _networks),
+        Option("CACHE_SECONDS", DEFAULT_CACHE_SECONDS, number(1, 300)),
+    )
+)
+
+
+def _endpoints(raw: Mapping[str, Any]) -> EndpointSettings:
+    entry = raw.get("ENDPOINTS", {})
+    if not isinstance(entry, Mapping):
+        raise fail(("ENDPOINTS",), "must be a dict")
+    for given in entry:
+        if given not in ENDPOINTS_SCHEMA.names:
+            known = ", ".join(sorted(ENDPOINTS_SCHEMA.names))
+            raise fail(("ENDPOINTS", str(given)), f"is not a known key (known: {known})")
+    values = ENDPOINTS_SCHEMA.resolve(entry, ("ENDPOINTS",))
+    allow = tuple(ip_network(item, strict=False) for item in values["ALLOW"])
+    return EndpointSettings(values["TOKEN"], allow, float(values["CACHE_SECONDS"]))
 
 
 def backend_options(backend: str) -> BackendOptions | None:

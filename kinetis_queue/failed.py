@@ -24,6 +24,7 @@ from django.utils import timezone
 from kinetis_queue.contracts import QueuedJob
 from kinetis_queue.envelope import decode_args, decode_metadata, dumps, loads
 from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedQueuedJobDataError
+from kinetis_queue.printable import escape
 from kinetis_queue.priority import DEFAULT_PRIORITY, priority_of
 from kinetis_queue.redaction import scrub, sensitive_values
 from kinetis_queue.serializer import deserialize_job
@@ -117,15 +118,10 @@ _UNSTORABLE_IN_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\u
 _UNSTORABLE_IN_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
-
-
 def storable(text: str, limit: int, *, lines: bool = False) -> str:
     """``text`` as every supported database stores it: unstorable characters escaped visibly (NUL as
     ``\\x00``, a lone surrogate as ``\\ud800``), then cut to ``limit`` characters ending in TRUNCATION_MARKER."""
-    text = (_UNSTORABLE_IN_TEXT if lines else _UNSTORABLE_IN_LINE).sub(_escape, text)
+    text = (_UNSTORABLE_IN_TEXT if lines else _UNSTORABLE_IN_LINE).sub(escape, text)
     if len(text) > limit:
         text = text[: max(limit - len(TRUNCATION_MARKER), 0)] + TRUNCATION_MARKER[:limit]
     return text

@@ -243,3 +243,27 @@ def runnable_problem(cls: type[Job]) -> str | None:
     except UnresolvableJobParameterError as exc:
         return str(exc)
     return None
+
+
+# -- names operators see ------------------------------------------------------------------------------
+
+#: What metrics and the history call a job whose name this process does not know (known_name()): a
+#: payload chooses the name it carries, and each new one would be a new series and new rows for good.
+UNKNOWN_NAME: Final = "(unknown)"
+
+
+def known_name(name: str) -> bool:
+    """Whether ``name`` is registered in this process: a Job class, a queued receiver, or a django.tasks
+    Task in an imported module (what the worker can resolve). Imports nothing."""
+    if name in Job._registry:
+        return True
+    receivers = sys.modules.get("kinetis_queue.contrib.receivers")
+    if receivers is not None and name in receivers._RECEIVERS:
+        return True
+    compat = sys.modules.get("kinetis_queue.contrib.tasks.compat")
+    return compat is not None and isinstance(lookup(name), compat.Task)
+
+
+def name_label(name: str) -> str:
+    """``name`` when known_name(), else UNKNOWN_NAME: the bounded set of names a metric or history row carries."""
+    return name if known_name(name) else UNKNOWN_NAME

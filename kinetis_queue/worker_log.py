@@ -8,6 +8,7 @@ from typing import Any
 
 from kinetis_queue.contracts import QueuedJob
 from kinetis_queue.job import display_name
+from kinetis_queue.printable import printable
 
 #: The metadata key of the correlation id (kinetis_queue/observability/correlation.py), shown on log records.
 CORRELATION_KEY = "kinetis_queue.correlation"
@@ -17,6 +18,24 @@ logger = logging.getLogger("kinetis_queue.worker")
 #: their INFO lines at its default verbosity without the worker's own.
 JOB_LOGGER = "kinetis_queue.worker.job"
 job_logger = logging.getLogger(JOB_LOGGER)
+
+
+class PrintableArgs(logging.Filter):
+    """Escape control characters (printable()) in a record's string arguments and its ``job_name``: what a
+    payload chose (a task's or receiver's name, an exception's text) reaches every handler of the
+    project's as one line that cannot drive a terminal, whatever its formatter. A logger's filter runs
+    only for a record that is emitted: a disabled level costs nothing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(printable(arg) if isinstance(arg, str) else arg for arg in record.args)
+        name = getattr(record, "job_name", None)
+        if isinstance(name, str):
+            record.job_name = printable(name)
+        return True
+
+
+logger.addFilter(PrintableArgs())
 
 
 def contained(log: Any, message: str, *args: Any, **kwargs: Any) -> None:

@@ -123,6 +123,7 @@ def setting_keys() -> list[tuple[str, str, Any]]:
         ("IMPORTS", "top", []),
         ("SCHEDULE", "top", None),
         ("MAIL", "top", None),
+        ("ENDPOINTS", "top", None),
         *((name, "top", default) for name, default in conf.OBSERVABILITY_KEYS.items()),
         *((o.name, "top or connection", o.default) for o in conf.SHARED_OPTIONS),
         ("BACKEND", "connection", None),

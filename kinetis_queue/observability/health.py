@@ -13,6 +13,13 @@ from typing import Any
 from kinetis_queue import status
 from kinetis_queue.observability.registry import ready_jobs, workers
 
+#: The reason codes a failing connection is reported with: stable words a probe or an alert may match,
+#: shown to any caller of the health view, where the problems' text (a store's error names its host,
+#: port and user) is shown only to a trusted one.
+STORE_UNREACHABLE = "store_unreachable"
+NO_WORKER = "no_worker"
+WORKERS_STALLED = "workers_stalled"
+
 
 @dataclass(frozen=True)
 class ConnectionHealth:
@@ -23,6 +30,8 @@ class ConnectionHealth:
     workers: int
     stalled: int
     problems: list[str] = field(default_factory=list)
+    #: One reason code per problem, in the same order.
+    reasons: list[str] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
@@ -48,6 +57,7 @@ class Health:
                     "workers": c.workers,
                     "stalled": c.stalled,
                     "problems": c.problems,
+                    "reasons": c.reasons,
                 }
                 for c in self.connections
             ],
@@ -62,15 +72,20 @@ def check(connection: str | None = None, *, require_worker: bool = True) -> Heal
     for figure in figures:
         mine = [w for w in registry if w.connection == figure.connection and w.state != "gone"]
         stalled = [w for w in mine if w.state == "stalled"]
-        problems = []
+        problems, reasons = [], []
         if figure.error is not None:
             problems.append(f"the store does not answer: {figure.error}")
+            reasons.append(STORE_UNREACHABLE)
         if require_worker and not mine:
             problems.append("no worker of this connection was seen in the last 15 seconds")
+            reasons.append(NO_WORKER)
         if stalled:
             problems.append(
                 f"{len(stalled)} worker(s) with a free slot took no job for a minute while their queues "
                 "(not paused) hold ready jobs"
             )
-        result.append(ConnectionHealth(figure.connection, figure.error is None, len(mine), len(stalled), problems))
+            reasons.append(WORKERS_STALLED)
+        result.append(
+            ConnectionHealth(figure.connection, figure.error is None, len(mine), len(stalled), problems, reasons)
+        )
     return Health(result)

@@ -4,8 +4,10 @@ The counts are the process's tally (tally.py: a few list additions per push or d
 thread, started by the process's first count, writes what changed at most every FLUSH_EVERY seconds:
 one row per (minute, process, connection, queue, job) in ``kinetis_queue_history``, rewritten whole by
 an upsert, so a flush repeated after an error counts nothing twice and two processes never write the
-same row. Rows older than KEEP_HOURS are deleted as the flushes go; while the database refuses the
-writes, the tally keeps at most an hour of ended minutes: memory and the table are bounded.
+same row. Rows older than KEEP_HOURS are deleted as the flushes go, and the oldest minutes beyond
+MAX_ROWS rows; a job name this process does not know is counted as registry.UNKNOWN_NAME (tally.py).
+While the database refuses the writes, the tally keeps at most an hour of ended minutes: memory and
+the table are bounded.
 
 Readers sum over the processes: ``series()`` (per minute), ``totals()`` (per queue), ``slowest()`` (per
 job class, p50/p95 from the tally's BUCKETS): ``queue_status --history`` and the dashboard. Switched
@@ -43,6 +45,9 @@ logger = logging.getLogger("kinetis_queue")
 FLUSH_EVERY: Final = 1.0
 #: How long rows are kept.
 KEEP_HOURS: Final = 24
+#: The most rows kept: beyond, the oldest minutes are deleted (prune()). About 350 rows a minute for a
+#: day; each row is one minute of one process, connection, queue and job name.
+MAX_ROWS: Final = 500_000
 #: Seconds between two deletions of expired rows by one process.
 PRUNE_EVERY: Final = 600.0
 #: The outcomes with a column of their own; the others are counted in "other".
@@ -83,7 +88,7 @@ class Writer:
             now = time.time()
             if now - self._pruned >= PRUNE_EVERY:
                 self._pruned = now
-                HistoryMinute.objects.using(alias).filter(minute__lt=int(now // 60) - KEEP_HOURS * 60).delete()
+                prune(alias, now)
 
     def stop(self) -> None:
         """Stop the thread after a last flush (best effort: a worker stopping must not fail on it); the
@@ -113,6 +118,18 @@ class Writer:
             runtime=counts[RUNTIME],
             buckets=",".join(str(int(n)) for n in counts[FIRST_BUCKET:]),
         )
+
+
+def prune(alias: str, now: float, *, max_rows: int | None = None) -> None:
+    """Delete the rows older than KEEP_HOURS, then, beyond ``max_rows`` (MAX_ROWS), the oldest minutes
+    until at most that many rows are left: the table stays bounded however many processes and names
+    wrote to it. Whole minutes go, so a minute is never shown half counted."""
+    rows = HistoryMinute.objects.using(alias)
+    rows.filter(minute__lt=int(now // 60) - KEEP_HOURS * 60).delete()
+    limit = MAX_ROWS if max_rows is None else max_rows
+    beyond = list(rows.order_by("-minute").values_list("minute", flat=True)[limit : limit + 1])
+    if beyond:
+        rows.filter(minute__lte=beyond[0]).delete()
 
 
 def _upsert(alias: str, rows: list[HistoryMinute]) -> None:

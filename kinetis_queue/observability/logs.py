@@ -1,10 +1,11 @@
 """Structured logs: a JSON formatter, and one record per delivery (``KINETIS_QUEUE["JOB_LOG"] = True``).
 
-``JsonFormatter`` writes each record as one JSON object: time, level, logger, message, and the job's
-fields when the record carries them (job_class, job_name, job_id, attempt, queue, connection, outcome,
-duration, error, correlation_id). The worker's records carry the job's fields already; with JOB_LOG,
-logger ``kinetis_queue.jobs`` also gets one INFO record per delivery when it settled, with its outcome and
-duration. Argument values are in none of them.
+``PlainFormatter`` writes each record as one line with its control characters escaped (a payload's
+name cannot drive a terminal). ``JsonFormatter`` writes each record as one JSON object: time, level,
+logger, message, and the job's fields when the record carries them (job_class, job_name, job_id,
+attempt, queue, connection, outcome, duration, error, correlation_id). The worker's records carry the
+job's fields already; with JOB_LOG, logger ``kinetis_queue.jobs`` also gets one INFO record per
+delivery when it settled, with its outcome and duration. Argument values are in none of them.
 
 ```python
 LOGGING = {
@@ -27,6 +28,8 @@ from typing import Final
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.hooks import DeliveryHooks
 from kinetis_queue.outcomes import JobReport
+from kinetis_queue.printable import printable
+from kinetis_queue.worker_log import PrintableArgs
 
 #: The record attributes the formatter copies when present.
 FIELDS: Final = (
@@ -43,6 +46,7 @@ FIELDS: Final = (
 )
 
 jobs_logger = logging.getLogger("kinetis_queue.jobs")
+jobs_logger.addFilter(PrintableArgs())
 
 
 class JsonFormatter(logging.Formatter):
@@ -62,6 +66,16 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             data["exception"] = self.formatException(record.exc_info)
         return json.dumps(data, default=str, ensure_ascii=False)
+
+
+class PlainFormatter(logging.Formatter):
+    """A plain-text line per record with its control characters escaped (printable()): a name or an
+    exception text chosen by a payload can neither drive the terminal (``ESC[2J``) nor forge another
+    line (a newline); the traceback, written by the logging module, keeps its lines. queue_work's own
+    handler uses it; set it as the ``"()"`` of your LOGGING formatter for the same on yours."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
 
 
 class JobLogHooks(DeliveryHooks):

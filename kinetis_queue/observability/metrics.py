@@ -8,7 +8,9 @@
 - ``kinetis_queue_queue_depth{connection,queue,state}``: ready, delayed and reserved jobs, read from
   the stores when the view is scraped (the web process's own registry).
 
-``job`` is the job's class path (a task's or receiver's name for those carriers), never an argument.
+``job`` is the job's class path (a task's or receiver's name for those carriers), never an argument; a
+name this process has not registered (kinetis_queue.registry.known_name: a forged payload's) is counted
+as ``(unknown)``, so the series are bounded by the code, not by the payloads.
 In one process the figures are the process's tally (tally.py), read at scrape time by TallyCollector:
 a delivery pays the tally's few additions, which the history shares. A ``queue_work --processes`` child
 (PROMETHEUS_MULTIPROC_DIR set) counts through prometheus_client's own collectors instead, whose shared
@@ -28,6 +30,7 @@ from kinetis_queue.job import display_name
 from kinetis_queue.observability import tally
 from kinetis_queue.observability.tally import BUCKETS, FIRST_BUCKET, OUTCOME_INDEX, RUNTIME, TALLY
 from kinetis_queue.outcomes import JobReport
+from kinetis_queue.registry import name_label
 
 _METRICS: dict[str, Any] = {}
 #: Each family's name and help, the same in both ways of counting.
@@ -102,7 +105,7 @@ def observe_pushes(queue: Queue, prepared: Sequence[PreparedPush]) -> None:
     connection = queue.connection or ""
     for item in prepared:
         envelope = item.envelope
-        counter.labels(connection, item.queue, display_name(envelope.job_class, envelope.args)).inc()
+        counter.labels(connection, item.queue, name_label(display_name(envelope.job_class, envelope.args))).inc()
 
 
 class MultiprocessHooks(DeliveryHooks):
@@ -121,6 +124,9 @@ class MultiprocessHooks(DeliveryHooks):
     def reported(self, job: QueuedJob, report: JobReport) -> None:
         key = (report.queue, report.name or report.job_class, report.outcome.value)
         children = self._children.get(key)
+        if children is None:  # a name first seen: kept under itself if known, else under UNKNOWN_NAME
+            key = (key[0], name_label(key[1]), key[2])
+            children = self._children.get(key)
         if children is None:
             children = self._children[key] = (
                 _METRICS["jobs"].labels(self.connection, *key),

@@ -21,12 +21,14 @@ from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
 from kinetis_queue.hooks import DeliveryHooks
 from kinetis_queue.job import display_name
 from kinetis_queue.outcomes import JobOutcome, JobReport
+from kinetis_queue.registry import name_label
 
 logger = logging.getLogger("kinetis_queue")
 
 #: The run-time histogram's upper bounds in seconds; one more bucket holds the longer runs.
 BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-#: The longest job label kept (a class path or a task's name).
+#: The longest job label kept (a class path or a task's name); names this process does not know are
+#: counted under registry.UNKNOWN_NAME, so a payload cannot add series or history rows.
 MAX_JOB: Final = 200
 #: Ended minutes kept for a history that cannot write them (the oldest are dropped beyond).
 MAX_MINUTES: Final = 60
@@ -75,8 +77,13 @@ class Tally:
         minute = int(time.time() // 60)
         if minute != self._minute:
             self._roll(minute)
-        key = (connection, queue, job[:MAX_JOB])
+        key = (connection, queue, job)
         counts = self._current.get(key)
+        if counts is None:
+            # A name first seen this minute: one not registered here folds into UNKNOWN_NAME (a known
+            # name is counted under itself from its next count on, at a dict lookup's cost).
+            key = (connection, queue, name_label(job)[:MAX_JOB])
+            counts = self._current.get(key)
         if counts is None:
             counts = self._current[key] = [0.0] * WIDTH
             if not self._flusher_started and self.flusher is not None:

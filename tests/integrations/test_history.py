@@ -18,6 +18,7 @@ from django.db.models import Sum
 from django.test import override_settings
 
 from kinetis_queue import queues
+from kinetis_queue.job import Job
 from kinetis_queue.observability import history
 from kinetis_queue.observability import tally as tally_module
 from kinetis_queue.observability.history import WRITER, Writer
@@ -31,6 +32,21 @@ from tests.settings import KINETIS_QUEUE
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SECRET = "s3cret-value-42"
+
+
+class Report(Job):
+    """A job class whose name differs from the next one's in case alone (the MariaDB upsert test)."""
+
+    def handle(self) -> None:
+        pass
+
+
+class REPORT(Job):
+    def handle(self) -> None:
+        pass
+
+
+CASED = (f"{__name__}.Report", f"{__name__}.REPORT")
 
 
 @pytest.fixture
@@ -172,6 +188,49 @@ def test_rows_older_than_the_kept_hours_are_deleted_as_flushes_go(recorded: None
     ]
 
 
+def _row(minute: int, source: str, queue: str) -> None:
+    HistoryMinute.objects.create(minute=minute, source=source, connection="sqlite", queue=queue, job="j")
+
+
+def test_the_oldest_minutes_beyond_the_row_limit_are_deleted_whole(recorded: None, queue_name: str) -> None:
+    now = time.time()
+    minute = int(now // 60)
+    HistoryMinute.objects.all().delete()  # the limit is on the whole table
+    for n, back in enumerate((3, 2, 2, 1, 0)):  # five rows over four recent minutes, the oldest first
+        _row(minute - back, f"{n:032}", queue_name)
+    history.prune("default", now, max_rows=3)
+    assert sorted(HistoryMinute.objects.values_list("minute", flat=True)) == [minute - 1, minute]
+    # two rows more than the limit: minute - 3 (one row) and minute - 2 (two rows) went, both whole
+    history.prune("default", now, max_rows=2)
+    assert HistoryMinute.objects.count() == 2  # within the limit: nothing deleted
+
+
+def test_the_writer_prunes_the_history_by_size_as_it_flushes(
+    recorded: None, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    minute = int(time.time() // 60)
+    HistoryMinute.objects.all().delete()  # the limit is on the whole table
+    for back in (5, 4):
+        _row(minute - back, "x" * 32, queue_name)
+    monkeypatch.setattr(history, "MAX_ROWS", 2)
+    writer = _writer()
+    writer.tally.pushed("sqlite", queue_name, "tests.jobs.Records")
+    writer.flush()  # one row more than MAX_ROWS: the oldest minute goes
+    assert sorted(HistoryMinute.objects.values_list("minute", flat=True)) == [minute - 4, minute]
+
+
+def test_names_this_process_does_not_know_fold_into_one_label(queue_name: str) -> None:
+    tally = Tally()
+    for n in range(300):
+        tally.pushed("sqlite", queue_name, f"forged.module.Name{n}")
+        tally.delivered("sqlite", _report(queue_name, JobOutcome.FAILED, 0.01, f"forged.task{n}"))
+    tally.delivered("sqlite", _report(queue_name, JobOutcome.SUCCEEDED, 0.01, "tests.jobs.Records"))
+    totals = tally.totals()
+    assert sorted(totals) == [("sqlite", queue_name, "(unknown)"), ("sqlite", queue_name, "tests.jobs.Records")]
+    unknown = totals[("sqlite", queue_name, "(unknown)")]
+    assert (unknown[tally_module.PUSHED], unknown[tally_module.OUTCOME_INDEX[JobOutcome.FAILED]]) == (300, 300)
+
+
 def test_quantiles_come_from_the_buckets() -> None:
     counts = history.Counts()
     assert counts.quantile(0.5) is None
@@ -254,13 +313,10 @@ def test_the_upsert_on_each_database_and_class_names_differing_in_case_are_two_r
 ) -> None:
     with override_settings(DATABASE_ROUTERS=[_HistoryTo(alias)]):
         writer = _writer()
-        writer.tally.delivered("sqlite", _report(queue_name, JobOutcome.SUCCEEDED, 0.01, "tests.jobs.Records"))
-        writer.tally.delivered("sqlite", _report(queue_name, JobOutcome.SUCCEEDED, 0.01, "tests.jobs.RECORDS"))
+        writer.tally.delivered("sqlite", _report(queue_name, JobOutcome.SUCCEEDED, 0.01, CASED[0]))
+        writer.tally.delivered("sqlite", _report(queue_name, JobOutcome.SUCCEEDED, 0.01, CASED[1]))
         writer.flush()
-        writer.tally.delivered("sqlite", _report(queue_name, JobOutcome.FAILED, 0.01, "tests.jobs.Records"))
+        writer.tally.delivered("sqlite", _report(queue_name, JobOutcome.FAILED, 0.01, CASED[0]))
         writer.flush()
         rows = HistoryMinute.objects.using(alias).filter(queue=queue_name)
-        assert sorted(rows.values_list("job", "succeeded", "failed")) == [
-            ("tests.jobs.RECORDS", 1, 0),
-            ("tests.jobs.Records", 1, 1),
-        ]
+        assert sorted(rows.values_list("job", "succeeded", "failed")) == [(CASED[1], 1, 0), (CASED[0], 1, 1)]

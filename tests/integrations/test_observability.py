@@ -47,7 +47,8 @@ SECRET = "s3cret-value-42"
 
 @pytest.fixture
 def observed() -> Iterator[None]:
-    with override_settings(KINETIS_QUEUE={**KINETIS_QUEUE, "METRICS": True, "TRACING": True, "JOB_LOG": True}):
+    switches = {"METRICS": True, "TRACING": True, "JOB_LOG": True, "ENDPOINTS": {"ALLOW": ["127.0.0.1"]}}
+    with override_settings(KINETIS_QUEUE={**KINETIS_QUEUE, **switches}):
         EXPORTER.clear()
         yield
     setup.configure()

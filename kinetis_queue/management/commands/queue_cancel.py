@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from kinetis_queue import conf, tables
 from kinetis_queue.connections import backend_class
@@ -12,9 +12,10 @@ from kinetis_queue.control import Withdrawal, cancel_job
 from kinetis_queue.control.models import Cancellation
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name, job_id
+from kinetis_queue.management.commands._output import QueueCommand
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Cancel a job: removed if it waits in an SQL store; otherwise recorded, so that the worker that "
         "meets it skips it and a running one sees JobContext.cancelled become true within about a second. "

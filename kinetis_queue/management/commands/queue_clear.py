@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from kinetis_queue import conf, connections
 from kinetis_queue.contracts import ClearableQueue, DisposableQueue
 from kinetis_queue.exceptions import KinetisQueueError
+from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.management.commands.queue_work import _connection, _queue_list
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = "Delete every waiting job (delayed ones included) on the given queues; reserved jobs are kept."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -16,18 +16,19 @@ import sys
 from typing import Any
 
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import autoreload
 
 from kinetis_queue import conf
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name, queue_list
+from kinetis_queue.management.commands._output import QueueCommand
 
 #: Seconds the worker has to finish its running job once the server stopped, before it is killed.
 STOP_WAIT = 30
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Development: runserver plus one worker (queue_work --reload) on a queue connection; "
         "Ctrl-C stops both. Not for production."

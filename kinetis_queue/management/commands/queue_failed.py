@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from kinetis_queue import failed
 from kinetis_queue.management.commands._arguments import connection_name, queue_name
+from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.management.commands._tables import table
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         f"List the newest failed jobs (at most {failed.MAX_LISTED}): id, time, connection, queue, class (a task's "
         "or queued receiver's own name), "

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from kinetis_queue import failed
 from kinetis_queue.management.commands._arguments import record_id
+from kinetis_queue.management.commands._output import QueueCommand
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = "Delete one failed-job record (the job is not pushed again)."
 
     def add_arguments(self, parser: CommandParser) -> None:

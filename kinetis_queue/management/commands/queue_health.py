@@ -7,16 +7,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from kinetis_queue import conf
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name, positive_number
+from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.observability.health import check
 from kinetis_queue.observability.liveness import DEFAULT_MAX_AGE, heartbeat_problem
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Exit 0 when the connection's store answers and one of its workers was seen in the last 15 seconds "
         "(and none is stalled); 1 otherwise, saying why: for readiness and alerting. With --self "

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from kinetis_queue import control, tables
 from kinetis_queue.control.models import PausedQueue
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name, queue_name
+from kinetis_queue.management.commands._output import QueueCommand
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Pause a queue: every worker of the connection stops taking its jobs within about a second (running "
         "jobs finish); pushes still succeed. Idempotent: pausing a paused queue changes nothing. "

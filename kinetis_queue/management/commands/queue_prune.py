@@ -6,16 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from kinetis_queue import control, failed
 from kinetis_queue.limits import database as limits_database
 from kinetis_queue.management.commands._arguments import positive_number
+from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.unique import database as unique_database
 from kinetis_queue.workflows import engine as workflow_engine
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         f"Delete failed-job records and cancellations strictly older than --hours (default "
         f"{failed.DEFAULT_PRUNE_HOURS}: a week), unique-job locks past their expiry and concurrency slots free "

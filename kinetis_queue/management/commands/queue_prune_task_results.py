@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from kinetis_queue.contrib.tasks.results import prune
+from kinetis_queue.management.commands._output import QueueCommand
 
 
 def _hours(value: str) -> float:
@@ -20,7 +21,7 @@ def _hours(value: str) -> float:
     return hours
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = "Delete SUCCESSFUL and FAILED task results that finished more than --hours ago (default 336, 14 days)."
 
     def add_arguments(self, parser: CommandParser) -> None:

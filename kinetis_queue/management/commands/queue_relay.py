@@ -11,17 +11,18 @@ import signal
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from kinetis_queue import conf, connections
 from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.contracts import DisposableQueue, Queue
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name
+from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.outbox.relay import Relay
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Move committed outbox rows (OUTBOX) to their store, until SIGTERM/SIGINT; --once relays what waits "
         "now and exits. Without --connection: every connection that has an outbox."

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from kinetis_queue import conf, connections
 from kinetis_queue.contracts import DisposableQueue, Queue
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name
+from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.restart import DatabaseRestartMarker, has_own_marker
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Move the restart generation of a connection (default: every configured connection). Each of its "
         "workers, on any host, exits after its current job; a supervisor then starts one with the new code. "

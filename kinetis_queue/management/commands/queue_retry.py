@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from kinetis_queue import failed
 from kinetis_queue.management.commands._arguments import record_id
+from kinetis_queue.management.commands._output import QueueCommand
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Push each failed job again to its connection and queue with attempts reset, after checking its "
         "stored class and arguments against the current code; its record is removed once the push "

@@ -11,11 +11,12 @@ import signal
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import positive_number
+from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.management.commands._tables import table
 from kinetis_queue.schedules import declaration
 from kinetis_queue.schedules.scheduler import DEFAULT_CLAIM_TIMEOUT, Scheduler, ScheduleStatus
@@ -25,7 +26,7 @@ def _when(value: Any) -> str:
     return "-" if value is None else value.isoformat(timespec="seconds")
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Fire the schedules of KINETIS_QUEUE['SCHEDULE'] and @schedule: each due tick is pushed once, whatever "
         "the number of schedulers. --list shows each schedule's next run, last run and last job id."

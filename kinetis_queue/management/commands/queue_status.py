@@ -6,11 +6,12 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from kinetis_queue import conf, status
 from kinetis_queue.exceptions import KinetisQueueError, QueueTablesMissingError
 from kinetis_queue.management.commands._arguments import connection_name, positive_int, queue_list
+from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.management.commands._tables import table
 from kinetis_queue.observability import history
 from kinetis_queue.workflows import engine as workflow_engine
@@ -45,7 +46,7 @@ def _cell(value: int | None, approximate: bool) -> str:
     return f"~{value}" if approximate else str(value)
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "A point-in-time snapshot per queue: ready (an expired reservation counts: the next pop takes it), "
         "delayed, reserved (live reservations), waiting (size()), failed records, and whether the queue is "
@@ -134,7 +135,7 @@ class Command(BaseCommand):
                 line = f"Outbox of {connection.connection} (database {outbox.database}): {outbox.waiting} waiting{age}"
                 if outbox.over_threshold:
                     self.stdout.write(
-                        self.style.WARNING(f"{line}: above OUTBOX_WARN ({outbox.warn}); is a relay running?")
+                        f"{line}: above OUTBOX_WARN ({outbox.warn}); is a relay running?", self.style.WARNING
                     )
                 else:
                     self.stdout.write(line)

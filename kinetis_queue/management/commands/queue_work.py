@@ -7,11 +7,12 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from kinetis_queue import conf, connections, registry, tables
 from kinetis_queue.background import BackgroundLoop
@@ -24,6 +25,9 @@ from kinetis_queue.management.commands._arguments import (
     positive_number,
     queue_list,
 )
+from kinetis_queue.management.commands._output import QueueCommand
+from kinetis_queue.observability.logs import PlainFormatter
+from kinetis_queue.printable import printable
 from kinetis_queue.restart import marker_for
 from kinetis_queue.validation import MAX_RETRY_DELAY
 from kinetis_queue.worker import DEFAULT_PREFETCH, ExitReason, JobOutcome, JobReport, Worker
@@ -70,7 +74,7 @@ def _refuse_failed_discovery() -> None:
         raise CommandError("the worker cannot start: discovery failed: " + "; ".join(map(str, failures)))
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Process jobs from a queue connection until stopped (SIGTERM/SIGINT stop between jobs) or a "
         "limit is reached; prints why it stopped. Exit status 0 for every controlled stop."
@@ -374,13 +378,15 @@ class Command(BaseCommand):
             JobOutcome.FAILED: self.style.ERROR,
         }[report.outcome]
         self._say(
-            f"[{when}] {report.name or report.job_class} on {report.queue}, attempt {report.attempt}: "
-            f"{style(str(report.outcome))} in {report.duration:.3f}s{detail}"
+            f"[{when}] {printable(report.name or report.job_class)} on {report.queue}, attempt {report.attempt}: "
+            f"{report.outcome} in {report.duration:.3f}s{detail}",
+            style,
         )
 
-    def _say(self, line: str) -> None:
-        """Write one line and flush it: a log collector reading a pipe sees each line as it happens."""
-        self.stdout.write(line)
+    def _say(self, line: str, style: Callable[[str], str] | None = None) -> None:
+        """Write one line (in the outcome's colour on a terminal) and flush it: a log collector reading a
+        pipe sees each line as it happens."""
+        self.stdout.write(line, style)
         self.stdout.flush()
 
     def _attach_log_handler(self, verbosity: int) -> logging.Handler | None:
@@ -389,7 +395,7 @@ class Command(BaseCommand):
         if verbosity < 1 or package_logger.handlers:
             return None
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(PlainFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         package_logger.addHandler(handler)
         level = LOG_LEVELS.get(min(verbosity, 3), logging.WARNING)
         package_logger.setLevel(level)

@@ -6,11 +6,12 @@ import json
 from datetime import datetime
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from kinetis_queue import conf, status
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name
+from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.management.commands._tables import table
 from kinetis_queue.observability.registry import GONE_AFTER, database_clock, ready_jobs, workers
 
@@ -19,7 +20,7 @@ def _age(seconds: float) -> str:
     return f"{seconds:.0f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = (
         "Every worker process that reported to the registry: host, pid, connection, queues, concurrency, "
         f"started, last seen, state (alive; busy: every slot runs a job; gone after {GONE_AFTER:g}s unseen; "
