@@ -4,13 +4,18 @@ scope says); debounce replaces a waiting holder's arguments and delay."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from django.conf import settings
 
 from kinetis_queue import JobContext
 from kinetis_queue.contracts import Queue
-from kinetis_queue.exceptions import DuplicateJobError, InvalidQueueArgumentError
+from kinetis_queue.exceptions import DuplicateJobError, InvalidQueueArgumentError, UnknownLockDatabaseError
+from kinetis_queue.failed import exception_class_path
+from kinetis_queue.models import FailedJob
+from kinetis_queue.unique import METADATA_KEY, connection_store
 from kinetis_queue.outcomes import JobOutcome, JobReport
 from kinetis_queue.worker import Worker
 from tests import jobs
@@ -238,3 +243,49 @@ def test_sync_runs_each_push_and_holds_the_key_only_while_it_runs(queue_name: st
     jobs.CALLBACK[:] = [lambda context: None]
     assert sync.push(jobs.UniqueCallsBack(), queue=queue_name) != first  # settled: a new run
     assert len([c for c in jobs.CALLS if c[0] == "CallsBack"]) == 2
+
+
+def _naming_lock_database(connection: Queue, queue_name: str, job: Any, database: str) -> str:
+    """Store ``job`` as a unique job whose lock's metadata names ``database`` (what a push made under other
+    settings, or a forged message, carries): a plain push of the envelope, no key taken. Its id."""
+    prepared = connection.prepare(job, queue=queue_name)
+    metadata = {**prepared.envelope.metadata}
+    metadata[METADATA_KEY] = {**metadata[METADATA_KEY], "db": database}
+    connection.send(replace(prepared, envelope=replace(prepared.envelope, metadata=metadata), unique=None))
+    return prepared.id
+
+
+@pytest.mark.trait("stores_jobs")
+@pytest.mark.parametrize("job_class", [jobs.Unique, jobs.UniqueUntilStarted], ids=["settled", "started"])
+def test_a_lock_naming_a_database_the_worker_does_not_keep_locks_in_fails_the_job_once_recorded(
+    connection: Queue, queue_name: str, job_class: type[jobs.Unique]
+) -> None:
+    """Issue 27 item 4: the lock's database comes from the worker's settings. A job whose metadata names an
+    alias the worker lacks (renamed, removed) or another of its databases fails at once, without running,
+    with a FailedJob record; before, it was deferred forever ("started") or ran again on every redelivery
+    ("settled")."""
+    ours = connection_store(connection).database
+    other = next(alias for alias in settings.DATABASES if alias != ours)
+    ids = [
+        _naming_lock_database(connection, queue_name, job_class("renamed"), "renamed-since"),
+        _naming_lock_database(connection, queue_name, job_class("other"), other),
+    ]
+
+    reports: list[JobReport] = []
+    worker = Worker(connection, reporter=reports.append, retry_base_delay=0)
+    try:
+        for _ in ids:
+            assert worker.process_next(10, [queue_name]) is True
+    finally:
+        worker.close()
+    assert connection.size(queue_name) == 0  # settled: nothing comes back
+
+    assert sorted((r.job_id, r.outcome) for r in reports) == sorted((i, JobOutcome.FAILED) for i in ids)
+    assert _ran() == []
+    records = FailedJob.objects.filter(job_id__in=ids)
+    assert sorted(r.job_id for r in records) == sorted(ids)
+    for record in records:
+        assert record.exception_class == exception_class_path(UnknownLockDatabaseError("x", None, None))
+        assert record.attempts == 1 and "unique locks in" in record.exception_message
+    FailedJob.objects.filter(job_id__in=ids).delete()
+
