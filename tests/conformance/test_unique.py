@@ -15,8 +15,8 @@ from kinetis_queue.contracts import Queue
 from kinetis_queue.exceptions import DuplicateJobError, InvalidQueueArgumentError, UnknownLockDatabaseError
 from kinetis_queue.failed import exception_class_path
 from kinetis_queue.models import FailedJob
-from kinetis_queue.unique import METADATA_KEY, connection_store
 from kinetis_queue.outcomes import JobOutcome, JobReport
+from kinetis_queue.unique import METADATA_KEY, connection_store
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.support.backends import Backend
@@ -288,4 +288,3 @@ def test_a_lock_naming_a_database_the_worker_does_not_keep_locks_in_fails_the_jo
         assert record.exception_class == exception_class_path(UnknownLockDatabaseError("x", None, None))
         assert record.attempts == 1 and "unique locks in" in record.exception_message
     FailedJob.objects.filter(job_id__in=ids).delete()
-
