@@ -166,6 +166,18 @@ class UniqueUntilStarted(Unique):
     unique_until = "started"
 
 
+class UniqueScheduled(Unique):
+    """Unique for ten minutes (a schedule's tick must still hold its key when the next one fires)."""
+
+    unique_for = 600
+
+
+class UniquePrioritizedScheduled(UniqueScheduled):
+    """UniqueScheduled with a priority of its class (issue 27 item 9: schedules push with both)."""
+
+    priority = 7
+
+
 class UniqueForAWhile(Unique):
     """Holds its key for ``unique_for`` seconds whatever it does."""
 
