@@ -4,6 +4,8 @@ scope says); debounce replaces a waiting holder's arguments and delay."""
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +22,7 @@ from kinetis_queue.unique import METADATA_KEY, connection_store
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.support.backends import Backend
-from tests.support.helpers import wait_until
+from tests.support.helpers import in_thread, wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -288,3 +290,48 @@ def test_a_lock_naming_a_database_the_worker_does_not_keep_locks_in_fails_the_jo
         assert record.exception_class == exception_class_path(UnknownLockDatabaseError("x", None, None))
         assert record.attempts == 1 and "unique locks in" in record.exception_message
     FailedJob.objects.filter(job_id__in=ids).delete()
+
+
+#: Item 16's test: pushers racing on one key, the key's short lifetime, and how many holders to see.
+RACERS = 3
+RACE_LIFETIME = 0.25
+RACE_HOLDERS = 4
+
+
+@pytest.mark.trait("stores_jobs")
+def test_concurrent_pushes_taking_over_an_expired_key_keep_every_acknowledged_job(
+    connection: Queue, queue_name: str
+) -> None:
+    """Issue 27 item 16: a holder never run whose key expired, then pushes of the key from several threads at
+    once. Each acknowledged push gives the holder's id or, once the key expired, a new job's; every id any
+    push acknowledged is stored exactly once: a takeover never deletes nor overwrites the former holder.
+
+    The expiry is awaited, not slept: the pushers keep pushing until RACE_HOLDERS holders were seen."""
+    acknowledged: list[str] = []
+    seen = threading.Lock()
+
+    def holders() -> int:
+        with seen:
+            return len(set(acknowledged))
+
+    def race() -> None:
+        deadline = time.monotonic() + 60
+        while holders() < RACE_HOLDERS and time.monotonic() < deadline:
+            job_id = connection.push(jobs.Unique("race"), queue=queue_name, unique_for=RACE_LIFETIME)
+            with seen:
+                acknowledged.append(job_id)
+
+    threads = [in_thread(race) for _ in range(RACERS)]
+    for thread in threads:
+        thread.join(90)
+    expected = sorted(set(acknowledged))
+    assert len(expected) >= RACE_HOLDERS, f"{len(expected)} holders in 60 s"
+
+    delivered: list[str] = []
+    while True:
+        reserved = connection.pop_many(0.5, [queue_name], 50)
+        if not reserved.jobs:
+            break
+        delivered += [job.id for job in reserved.jobs]
+        connection.ack_many(reserved.jobs)
+    assert sorted(delivered) == expected, f"{len(acknowledged)} pushes acknowledged, {len(expected)} distinct ids"
