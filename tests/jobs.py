@@ -167,9 +167,11 @@ class UniqueUntilStarted(Unique):
 
 
 class UniqueScheduled(Unique):
-    """Unique for ten minutes (a schedule's tick must still hold its key when the next one fires)."""
+    """Unique for ten minutes (a schedule's tick must still hold its key when the next one fires); a push whose
+    key is held raises (a scheduler's tick is deduplicated all the same)."""
 
     unique_for = 600
+    unique_on_duplicate = "raise"
 
 
 class UniquePrioritizedScheduled(UniqueScheduled):

@@ -269,7 +269,8 @@ def _fires_with_priority_and_unique_lock(
     """Issue 27 item 9, on one claim store: the tick's job is pushed as push() would push it. Its class's
     priority orders it (ahead of a job of priority 0 pushed before it, where the store orders by priority),
     it takes its unique lock (a push of the same job then gives its id), and the next tick within the unique
-    window is deduplicated: nothing stored, no error, the tick claimed and naming the holder."""
+    window is deduplicated: nothing stored, no error (the class's on_duplicate is "raise"), the tick claimed
+    and naming the holder."""
     t0 = _start()
     if ordered:
         connection.push(jobs.Records("before"), queue=queue_name)
@@ -277,7 +278,7 @@ def _fires_with_priority_and_unique_lock(
     scheduler.fire_due(t0 + PERIOD + 0.5)
     holder = tick_job_id(schedule.name, t0 + PERIOD)
     assert scheduler.pushed == [(schedule.name, t0 + PERIOD, holder)]
-    assert connection.push(schedule.build_job(), queue=queue_name) == holder  # it holds its unique key
+    assert connection.push(schedule.build_job(), queue=queue_name, on_duplicate="return") == holder  # the key's
 
     assert scheduler.fire_due(t0 + 2 * PERIOD + 0.5) == pytest.approx(PERIOD - 0.5)  # no error, no retry pause
     assert scheduler.pushed == [(schedule.name, t0 + PERIOD, holder)]  # deduplicated
