@@ -19,20 +19,20 @@
 -- A job with a priority waits in the queue's prioritized set (priority.lua); a debounced holder is
 -- looked for there too.
 --
--- lock_key: {prefix}kinetis_queue:unique:{lock key}; pending, delayed, prioritized, sequence: the queue's
--- keys; id: the job id; member: the envelope (JSON); ready_at: its ready-at time ("" when immediate);
+-- lock_key: {prefix}kinetis_queue:unique:{lock key}; pending_key, delayed_key, prioritized_key, sequence_key:
+-- the queue's keys (every caller passes them from KEYS); id: the job id; member: the envelope (JSON); ready_at: its ready-at time ("" when immediate);
 -- lifetime: the lock's lifetime in milliseconds; debounce: "1" to debounce, else "0"; priority: the job's
 -- priority (0: none).
 -- Returns {id, outcome}: outcome "pushed" (a new job holds the key), "held" (nothing written) or
 -- "replaced" (the waiting holder now carries the newest push)
 
-local function push_unique(lock_key, pending, delayed, prioritized, sequence, id, member, ready_at, lifetime, debounce,
-                           priority)
+local function push_unique(lock_key, pending_key, delayed_key, prioritized_key, sequence_key, id, member, ready_at,
+                           lifetime, debounce, priority)
     local function store(stored)
         if ready_at == '' then
-            make_ready(pending, prioritized, sequence, stored, priority)
+            make_ready(pending_key, prioritized_key, sequence_key, stored, priority)
         else
-            redis.call('ZADD', delayed, ready_at, stored)
+            redis.call('ZADD', delayed_key, ready_at, stored)
         end
     end
 
@@ -41,12 +41,12 @@ local function push_unique(lock_key, pending, delayed, prioritized, sequence, id
         if debounce ~= '1' then
             return {holder[1], 'held'}
         end
-        local removed = redis.call('ZREM', delayed, holder[2])
+        local removed = redis.call('ZREM', delayed_key, holder[2])
         if removed == 0 then
-            removed = redis.call('ZREM', prioritized, holder[2])
+            removed = redis.call('ZREM', prioritized_key, holder[2])
         end
         if removed == 0 then
-            removed = redis.call('LREM', pending, 1, holder[2])
+            removed = redis.call('LREM', pending_key, 1, holder[2])
         end
         if removed == 1 then
             local replacement = string.sub(member, 1, 7) .. holder[1] .. string.sub(member, 40)
