@@ -306,8 +306,13 @@ def test_concurrent_pushes_taking_over_an_expired_key_keep_every_acknowledged_jo
     """Issue 27 item 16: a holder never run whose key expired, then pushes of the key from several threads at
     once. Each acknowledged push gives the holder's id or, once the key expired, a new job's; every id any
     push acknowledged is stored exactly once: a takeover never deletes nor overwrites the former holder.
+    (The Django-database store in each outbox database: tests/integrations/test_outbox.py.)"""
+    race_for_one_key(connection, queue_name)
 
-    The expiry is awaited, not slept: the pushers keep pushing until RACE_HOLDERS holders were seen."""
+
+def race_for_one_key(connection: Queue, queue_name: str) -> None:
+    """RACERS threads push one unique key (unique_for RACE_LIFETIME) until RACE_HOLDERS holders took it in
+    turn (the expiry is awaited, not slept); then every id a push acknowledged is delivered exactly once."""
     acknowledged: list[str] = []
     seen = threading.Lock()
 
