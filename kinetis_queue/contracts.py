@@ -316,10 +316,7 @@ class Queue(ABC):
         """
         outbox = self.outbox
         if prepared.unique is not None:
-            # With an outbox, every lock of the connection lives in the outbox's database: a push in a
-            # transaction takes its key in that transaction, and a push outside one meets the same keys.
-            store = self.lock_store() if outbox is None else self.database_lock_store(outbox.database)
-            return store.push(self, prepared, prepared.unique)
+            return unique.connection_store(self).push(self, prepared, prepared.unique)
         if outbox is not None and outbox.captures():
             outbox.write(self, [prepared])
         else:

@@ -26,7 +26,12 @@ from typing import TYPE_CHECKING, Any
 from kinetis_queue import crashpoints
 from kinetis_queue.async_loop import run_coroutine
 from kinetis_queue.contracts import JobSettlement, QueuedJob
-from kinetis_queue.exceptions import InvalidQueueArgumentError, JobTimeoutError, StaleJobHandleError
+from kinetis_queue.exceptions import (
+    InvalidQueueArgumentError,
+    JobTimeoutError,
+    StaleJobHandleError,
+    UnknownLockDatabaseError,
+)
 from kinetis_queue.heartbeat import Heartbeat, RenewalReport
 from kinetis_queue.hooks import SkipDelivery
 from kinetis_queue.hygiene import HYGIENE_FRESH_FOR, reset_connections
@@ -215,10 +220,12 @@ class DeliveryRunner:
             held = held_lock(job)
             if held is not None and not store_of(self.policy.queue, held).started(self.policy.queue, job, held):
                 raise Superseded
-        except (AtLimit, SkipDelivery, InvalidQueueArgumentError):
+        except (AtLimit, SkipDelivery, InvalidQueueArgumentError, UnknownLockDatabaseError):
             if slot is not None and self.slots is not None:
                 self.slots.give_back(slot)
-            raise  # a key callable that failed (InvalidQueueArgumentError) is the job's own failure
+            # A key callable that failed (InvalidQueueArgumentError) and a lock in a database the worker's
+            # settings do not give the connection (UnknownLockDatabaseError) are the job's own failures.
+            raise
         except Exception as exc:
             if slot is not None and self.slots is not None:
                 self.slots.give_back(slot)

@@ -55,6 +55,22 @@ class DuplicateJobError(KinetisQueueError):
         super().__init__(f"job {job_id} holds this unique key; nothing was stored")
 
 
+class UnknownLockDatabaseError(KinetisQueueError):
+    """A delivered unique job's lock names a Django database other than the one the worker's settings give its
+    connection's locks (an alias renamed or removed since the push, or metadata not written by kinetis_queue).
+
+    The worker cannot free that lock, and never looks it up in a database a payload names: the job fails
+    at once, without running and without retries, and is recorded (the key frees itself at ``unique_for``).
+    """
+
+    def __init__(self, stored: str, expected: str | None, connection: str | None) -> None:
+        where = "its own store" if expected is None else f"database {expected!r}"
+        super().__init__(
+            f"its unique lock names database {stored[:100]!r}, but connection {connection or 'default'!r} keeps "
+            f"its unique locks in {where} (the settings changed since the push?); push the job again"
+        )
+
+
 class JobReconstructionError(KinetisQueueError):
     """The stored class or arguments no longer match the code; handled as the job's own failure."""
 

@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 from kinetis_queue import crashpoints, signals
 from kinetis_queue.contracts import JobSettlement, PreparedPush, Queue, QueuedJob
 from kinetis_queue.envelope import Envelope
-from kinetis_queue.exceptions import StaleJobHandleError
+from kinetis_queue.exceptions import StaleJobHandleError, UnknownLockDatabaseError
 from kinetis_queue.failed import MAX_RECORDED_TEXT, FailedJobRecorder, exception_text, storable
 from kinetis_queue.heartbeat import RenewalReport
 from kinetis_queue.hooks import DeliveryHooks, SkipDelivery
@@ -23,7 +23,7 @@ from kinetis_queue.job import Snooze
 from kinetis_queue.limits import AtLimit
 from kinetis_queue.outcomes import JobOutcome
 from kinetis_queue.redaction import display_json, for_observers, scrub_for
-from kinetis_queue.unique import Until, held_lock, store_of
+from kinetis_queue.unique import HeldLock, LockStore, Until, held_lock, store_of
 from kinetis_queue.validation import MAX_RETRY_DELAY
 from kinetis_queue.values import PERMANENT_ERRORS, MissingModelSkipped
 from kinetis_queue.worker_log import attempt_of, contained, describe, job_name, logger
@@ -134,7 +134,9 @@ class Settler:
         held = held_lock(job)
         if held is not None and held.until is Until.SETTLED:
             queue = self.policy.queue
-            store_of(queue, held).settled(queue, job, held)
+            store = _releasing_store(queue, held)
+            if store is not None:
+                store.settled(queue, job, held)
 
     def free_key(self, job: QueuedJob) -> None:
         """Free a unique job's key, scope "started" or "settled", for a delivery acked without starting.
@@ -145,7 +147,9 @@ class Settler:
         if held is None or held.until is Until.EXPIRED:
             return
         queue = self.policy.queue
-        store = store_of(queue, held)
+        store = _releasing_store(queue, held)
+        if store is None:
+            return
         if held.until is Until.STARTED:
             store.started(queue, job, held)
         else:
@@ -356,3 +360,13 @@ def scrubbed_message(job: QueuedJob, error: BaseException) -> str:
     failed-job record stores it (a lone surrogate would break a UTF-8 log stream). A job's __str__ that
     raises is exception_text()'s to handle; the stored arguments are plain JSON values, whose scrubbing cannot raise."""
     return storable(scrub_for(job.job_class, job.args, exception_text(error)), MAX_RECORDED_TEXT, lines=True)
+
+
+def _releasing_store(queue: Queue, held: HeldLock) -> LockStore | None:
+    """The store to free ``held`` in, or None when its lock names a database the worker's settings do not give
+    the connection: nothing here can free it (it frees itself at ``unique_for``), and the settlement goes on,
+    so a job that ran is never run again for a lock it cannot free (its start fails such a job first)."""
+    try:
+        return store_of(queue, held)
+    except UnknownLockDatabaseError:
+        return None

@@ -19,7 +19,12 @@ from decimal import Decimal
 from enum import Enum
 from typing import Any, Final, Protocol
 
-from kinetis_queue.exceptions import JobReconstructionError, KinetisQueueError, MalformedQueuedJobDataError
+from kinetis_queue.exceptions import (
+    JobReconstructionError,
+    KinetisQueueError,
+    MalformedQueuedJobDataError,
+    UnknownLockDatabaseError,
+)
 from kinetis_queue.hooks import SkipDelivery
 
 __all__ = [
@@ -57,7 +62,7 @@ class MissingModelSkipped(SkipDelivery):
 
 
 #: The job's own failures no retry can change: the settlement fails them at once (and records them).
-PERMANENT_ERRORS: Final = (MalformedJobArgumentError, MissingModelError)
+PERMANENT_ERRORS: Final = (MalformedJobArgumentError, MissingModelError, UnknownLockDatabaseError)
 
 
 class Rejected(Exception):

@@ -166,6 +166,20 @@ class UniqueUntilStarted(Unique):
     unique_until = "started"
 
 
+class UniqueScheduled(Unique):
+    """Unique for ten minutes (a schedule's tick must still hold its key when the next one fires); a push whose
+    key is held raises (a scheduler's tick is deduplicated all the same)."""
+
+    unique_for = 600
+    unique_on_duplicate = "raise"
+
+
+class UniquePrioritizedScheduled(UniqueScheduled):
+    """UniqueScheduled with a priority of its class (issue 27 item 9: schedules push with both)."""
+
+    priority = 7
+
+
 class UniqueForAWhile(Unique):
     """Holds its key for ``unique_for`` seconds whatever it does."""
 

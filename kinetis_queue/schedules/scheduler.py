@@ -21,7 +21,14 @@ from kinetis_queue.connections import queues
 from kinetis_queue.contracts import Queue
 from kinetis_queue.schedules import declaration, ticks
 from kinetis_queue.schedules.declaration import Schedule
-from kinetis_queue.schedules.stores import ClaimStore, DatabaseClaims, LastFired, RedisClaims, SqlClaims
+from kinetis_queue.schedules.stores import (
+    ClaimStore,
+    DatabaseClaims,
+    LastFired,
+    RedisClaims,
+    SqlClaims,
+    tick_job_id,
+)
 
 logger = logging.getLogger("kinetis_queue.schedules")
 
@@ -93,8 +100,9 @@ class Scheduler:
             from kinetis_queue.backends.redis import RedisQueue
 
             # On a Redis Cluster fire.lua's claim keys and the queue's key are in different slots: the
-            # claim goes to the database, as for SQS (docs/backends/redis.md, "Redis Cluster").
-            if isinstance(queue, RedisQueue) and not queue.cluster:
+            # claim goes to the database, as for SQS (docs/backends/redis.md, "Redis Cluster"). With an
+            # outbox, the connection's unique locks live in the outbox's database, which fire.lua cannot reach.
+            if isinstance(queue, RedisQueue) and not queue.cluster and queue.outbox is None:
                 return RedisClaims(queue)
         return DatabaseClaims(owner=self.owner, claim_timeout=self.claim_timeout)
 
@@ -131,9 +139,18 @@ class Scheduler:
             for tick in due.fire:
                 job_id = store.fire(schedule, tick, self.queue(schedule), now)
                 cursor = float(tick)
-                if job_id is not None:
-                    self.pushed.append((schedule.name, tick, job_id))
-                    logger.info("Schedule %r: tick %s pushed as job %s.", schedule.name, _shown(tick), job_id)
+                if job_id is None:
+                    continue
+                if job_id != tick_job_id(schedule.name, tick):
+                    logger.info(
+                        "Schedule %r: tick %s not pushed: its unique key is held by job %s.",
+                        schedule.name,
+                        _shown(tick),
+                        job_id,
+                    )
+                    continue
+                self.pushed.append((schedule.name, tick, job_id))
+                logger.info("Schedule %r: tick %s pushed as job %s.", schedule.name, _shown(tick), job_id)
         except Exception as exc:
             if cursor is not None:
                 self._cursors[schedule.name] = cursor

@@ -4,16 +4,21 @@
   the job, in the connection's own database. The unique (schedule, tick) index makes a second
   insert fail (or wait for the first transaction, then fail). A scheduler killed before the commit
   leaves nothing: its transaction rolls back and the next scheduler's insert succeeds. Exactly once.
-- ``RedisClaims`` (Redis connections): fire.lua sets the claim key with ``SET NX EX`` and pushes in
-  the same script. Exactly once while the claim key lives (CLAIM_TTL).
-- ``DatabaseClaims`` (SQS, RabbitMQ, sync, custom backends): the job store and the claim cannot
-  share a transaction, so: insert the row (the claim), push, mark the row pushed. A scheduler killed
-  between claim and push leaves a row without ``pushed_at``: once it is ``claim_timeout`` old,
-  another scheduler takes it over (a conditional update) and pushes. The remaining duplicate window:
+- ``RedisClaims`` (Redis connections without an outbox): fire.lua sets the claim key with ``SET NX EX``
+  and pushes in the same script, as push() would (the job's priority, its unique lock). Exactly once while
+  the claim key lives (CLAIM_TTL).
+- ``DatabaseClaims`` (SQS, RabbitMQ, sync, custom backends, Redis Cluster, Redis with an outbox): the job
+  store and the claim cannot share a transaction, so: insert the row (the claim), push, mark the row
+  pushed. A scheduler killed between claim and push leaves a row without ``pushed_at``: once it is
+  ``claim_timeout`` old, another scheduler takes it over (a conditional update) and pushes. The remaining
+  duplicate window:
   a scheduler that pushed but did not mark (killed between the two, or stalled longer than
   ``claim_timeout`` between claiming and marking) gets its tick pushed a second time by the taker.
   Both pushes carry the same job id (``tick_job_id``), so the duplicate is recognisable. Closing
   that window needs the outbox of issue 16.
+
+Every store pushes the tick's job as push() would: with the job class's priority, and through the
+connection's unique lock, so a tick whose key is held stores nothing and its claim names the holder.
 """
 
 from __future__ import annotations
@@ -58,10 +63,18 @@ def tick_job_id(schedule: str, tick: int) -> str:
 
 
 def prepared_push(schedule: Schedule, tick: int, queue: Queue) -> PreparedPush:
-    """The schedule's job for ``tick``, checked and serialized as push() would, under its tick's job id."""
+    """The schedule's job for ``tick``, checked and serialized as push() would (the job class's priority and
+    unique lock included), under its tick's job id.
+
+    A tick of a unique job whose key is held is deduplicated on every store: nothing is stored and the push
+    gives the holder's id, never a DuplicateJobError (``unique_on_duplicate = "raise"`` is for callers of
+    push(); a scheduler would only retry the tick)."""
     prepared = queue.prepare(schedule.build_job(), 0, schedule.queue)
     envelope = dataclasses.replace(prepared.envelope, id=tick_job_id(schedule.name, tick))
-    return dataclasses.replace(prepared, envelope=envelope)
+    lock = prepared.unique
+    if lock is not None and lock.raise_duplicate:
+        lock = dataclasses.replace(lock, raise_duplicate=False)
+    return dataclasses.replace(prepared, envelope=envelope, unique=lock)
 
 
 @dataclass(frozen=True)
@@ -79,7 +92,9 @@ class ClaimStore(ABC):
 
     @abstractmethod
     def fire(self, schedule: Schedule, tick: int, queue: Queue, now: float) -> str | None:
-        """Claim ``tick`` and push its job: the job id when this call pushed it, None when it was claimed already."""
+        """Claim ``tick`` and push its job: the id the push gave when this call claimed it (the tick's job id,
+        or the holder's when the job is unique and its key is held: then nothing was stored), None when it
+        was claimed already. The claim records that id (``last()``)."""
 
     @abstractmethod
     def last(self, schedule: str) -> LastFired | None:
@@ -128,8 +143,10 @@ class SqlClaims(_RowClaims):
             except IntegrityError:
                 return None
             crashpoints.reach(AFTER_CLAIM)
-            queue.send(prepared)
-        return prepared.id
+            job_id = queue.send(prepared)
+            if job_id != prepared.id:  # a unique job whose key is held: the claim names the holder
+                ScheduleTick.objects.using(self.alias).filter(schedule=schedule.name, tick=tick).update(job_id=job_id)
+        return job_id
 
 
 class DatabaseClaims(_RowClaims):
@@ -162,17 +179,17 @@ class DatabaseClaims(_RowClaims):
         rows = ScheduleTick.objects.using(self.alias).filter(pk=pk, owner=self.owner, pushed_at__isnull=True)
         crashpoints.reach(AFTER_CLAIM)
         try:
-            queue.send(prepared)
+            job_id = queue.send(prepared)
         except ConnectionFailedError:
             rows.delete()  # never sent: give the tick back at once rather than after the claim timeout
             raise
         crashpoints.reach(AFTER_PUSH)
-        if not rows.update(pushed_at=time.time()):
+        if not rows.update(pushed_at=time.time(), job_id=job_id):  # the holder's id when deduplicated
             logger.warning(
                 "Scheduled job %s was pushed after its claim had been taken over: it may run twice (same job id).",
                 prepared.id,
             )
-        return prepared.id
+        return job_id
 
     def recover(self, schedules: dict[str, tuple[Schedule, Queue]], now: float) -> list[str]:
         stale = ScheduleTick.objects.using(self.alias).filter(
@@ -204,10 +221,10 @@ _FIRE_SCRIPT: Any = None
 def _fire_script() -> Any:
     global _FIRE_SCRIPT
     if _FIRE_SCRIPT is None:
-        from kinetis_queue.backends.redis.scripts import Script
+        from kinetis_queue.backends.redis.scripts import storing
 
         text = resources.files(__package__).joinpath("fire.lua").read_text(encoding="utf-8")
-        _FIRE_SCRIPT = Script("schedule fire", text, hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest())
+        _FIRE_SCRIPT = storing("schedule fire", text, unique=True)  # pushes as push() does: priority, unique lock
     return _FIRE_SCRIPT
 
 
@@ -223,11 +240,18 @@ class RedisClaims(ClaimStore):
     def fire(self, schedule: Schedule, tick: int, queue: Queue, now: float) -> str | None:
         prepared = prepared_push(schedule, tick, queue)
         state = self._state_key(schedule.name)
-        keys = (f"{state}:{tick}", state, self.queue.keys(schedule.queue).pending)
-        args = (prepared.id, CLAIM_TTL, prepared.envelope.to_json(), tick, repr(now))
+        target = self.queue.keys(schedule.queue)
+        keys = [f"{state}:{tick}", state, target.pending, target.delayed, *self.queue.priority_keys(schedule.queue)]
+        args: list[Any] = [prepared.id, CLAIM_TTL, prepared.envelope.to_json(), tick, repr(now)]
+        args.append(prepared.envelope.priority)
+        lock = prepared.unique
+        if lock is not None:  # pushed through its lock, as push_unique.lua pushes it
+            locks = self.queue.lock_store()
+            keys.append(locks.key(lock.key, schedule.queue))
+            args += locks.lock_args(lock)
         crashpoints.reach(BEFORE_SCRIPT)
         done = self.queue._client.script(_fire_script(), keys, args, True)  # durable: a push (WAIT_REPLICAS)
-        return prepared.id if done == 1 else None
+        return None if done == 0 else str(done.decode("ascii"))
 
     def last(self, schedule: str) -> LastFired | None:
         raw = self.queue._client.execute("HGETALL", self._state_key(schedule))

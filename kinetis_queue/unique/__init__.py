@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
-from kinetis_queue.exceptions import InvalidQueueArgumentError
+from kinetis_queue.exceptions import InvalidQueueArgumentError, UnknownLockDatabaseError
 from kinetis_queue.hooks import SkipDelivery
 from kinetis_queue.job import Job, job_class_path
 
@@ -90,8 +90,8 @@ class HeldLock:
     until: Until
     generation: int
     debounce: bool
-    #: The Django database whose store holds the lock (the Django-database store writes it), else None:
-    #: the connection's own store.
+    #: The Django database the push's store named (the Django-database store writes it), else None. Checked
+    #: against the worker's settings (``store_of()``), never used to choose a database.
     database: str | None = None
 
 
@@ -115,9 +115,28 @@ def held_lock(job: QueuedJob) -> HeldLock | None:
     return HeldLock(key, Until(until), generation, debounce is True, database if type(database) is str else None)
 
 
+def connection_store(queue: Queue) -> LockStore:
+    """Where the worker's settings keep ``queue``'s unique locks: with an outbox (OUTBOX), the store in the
+    outbox's database, so a push in a transaction takes its key in that transaction and a push outside one
+    meets the same keys; else the backend's own store (or the Django database's, for backends without one).
+    The push takes its key there (``Queue.send()``) and the worker frees it there (``store_of()``)."""
+    outbox = queue.outbox
+    return queue.lock_store() if outbox is None else queue.database_lock_store(outbox.database)
+
+
 def store_of(queue: Queue, lock: HeldLock) -> LockStore:
-    """The store holding a delivered job's lock: the Django database's it names, else the connection's own."""
-    return queue.lock_store() if lock.database is None else queue.database_lock_store(lock.database)
+    """The store holding a delivered job's lock: the connection's (``connection_store()``), from the worker's
+    settings, never a database the job's metadata names.
+
+    Raises UnknownLockDatabaseError when the metadata names a database and it is not that store's (an alias
+    renamed or removed since the push, a changed OUTBOX or router, or metadata kinetis_queue did not write):
+    the job's own failure, recorded, as nothing can free that lock here. A lock naming no database (the SQL
+    and Redis stores write none) is the connection's store's.
+    """
+    store = connection_store(queue)
+    if lock.database is not None and lock.database != store.database:
+        raise UnknownLockDatabaseError(lock.database, store.database, queue.connection)
+    return store
 
 
 class Superseded(SkipDelivery):
@@ -130,6 +149,10 @@ class Superseded(SkipDelivery):
 
 class LockStore(ABC):
     """Where a connection's unique locks live: the push under a lock, and the worker's releases."""
+
+    #: The Django database alias holding the locks, for a store in a Django database (its pushes name it in
+    #: the lock's metadata); None for a backend's own store (SQL, Redis).
+    database: str | None = None
 
     @abstractmethod
     def push(self, queue: Queue, prepared: PreparedPush, lock: UniqueLock) -> str:

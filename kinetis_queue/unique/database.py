@@ -55,6 +55,7 @@ class DatabaseLocks(LockStore):
 
     def __init__(self, alias: str | None = None) -> None:
         self.alias = alias or router.db_for_write(UniqueLockRecord)
+        self.database = self.alias
 
     def push(self, queue: Queue, prepared: PreparedPush, lock: UniqueLock) -> str:
         owner = uuid.uuid4().hex

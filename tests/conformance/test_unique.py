@@ -4,18 +4,25 @@ scope says); debounce replaces a waiting holder's arguments and delay."""
 
 from __future__ import annotations
 
+import threading
+import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from django.conf import settings
 
 from kinetis_queue import JobContext
 from kinetis_queue.contracts import Queue
-from kinetis_queue.exceptions import DuplicateJobError, InvalidQueueArgumentError
+from kinetis_queue.exceptions import DuplicateJobError, InvalidQueueArgumentError, UnknownLockDatabaseError
+from kinetis_queue.failed import exception_class_path
+from kinetis_queue.models import FailedJob
 from kinetis_queue.outcomes import JobOutcome, JobReport
+from kinetis_queue.unique import METADATA_KEY, connection_store
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.support.backends import Backend
-from tests.support.helpers import wait_until
+from tests.support.helpers import in_thread, wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -149,10 +156,11 @@ def test_until_expired_holds_the_key_after_the_job_settled_until_unique_for_pass
 @pytest.mark.trait("stores_jobs")
 def test_a_key_is_never_held_longer_than_unique_for(connection: Queue, queue_name: str) -> None:
     """The holder never ran: once unique_for passed, a push is a new job (a duplicate, by design)."""
-    first = connection.push(jobs.Unique("a"), queue=queue_name, unique_for=0.5, delay=60)
-    assert connection.push(jobs.Unique("a"), queue=queue_name, unique_for=0.5) == first
+    # 3 s: the second push must come within unique_for of the first, and a loaded quorum queue's push took 0.5 s.
+    first = connection.push(jobs.Unique("a"), queue=queue_name, unique_for=3, delay=60)
+    assert connection.push(jobs.Unique("a"), queue=queue_name, unique_for=3) == first
 
-    wait_until(lambda: connection.push(jobs.Unique("a"), queue=queue_name, unique_for=0.5) != first, 10)
+    wait_until(lambda: connection.push(jobs.Unique("a"), queue=queue_name, unique_for=3) != first, 30)
 
 
 @pytest.mark.trait("stores_jobs")
@@ -238,3 +246,98 @@ def test_sync_runs_each_push_and_holds_the_key_only_while_it_runs(queue_name: st
     jobs.CALLBACK[:] = [lambda context: None]
     assert sync.push(jobs.UniqueCallsBack(), queue=queue_name) != first  # settled: a new run
     assert len([c for c in jobs.CALLS if c[0] == "CallsBack"]) == 2
+
+
+def _naming_lock_database(connection: Queue, queue_name: str, job: Any, database: str) -> str:
+    """Store ``job`` as a unique job whose lock's metadata names ``database`` (what a push made under other
+    settings, or a forged message, carries): a plain push of the envelope, no key taken. Its id."""
+    prepared = connection.prepare(job, queue=queue_name)
+    metadata = {**prepared.envelope.metadata}
+    metadata[METADATA_KEY] = {**metadata[METADATA_KEY], "db": database}
+    connection.send(replace(prepared, envelope=replace(prepared.envelope, metadata=metadata), unique=None))
+    return prepared.id
+
+
+@pytest.mark.trait("stores_jobs")
+@pytest.mark.parametrize("job_class", [jobs.Unique, jobs.UniqueUntilStarted], ids=["settled", "started"])
+def test_a_lock_naming_a_database_the_worker_does_not_keep_locks_in_fails_the_job_once_recorded(
+    connection: Queue, queue_name: str, job_class: type[jobs.Unique]
+) -> None:
+    """Issue 27 item 4: the lock's database comes from the worker's settings. A job whose metadata names an
+    alias the worker lacks (renamed, removed) or another of its databases fails at once, without running,
+    with a FailedJob record; before, it was deferred forever ("started") or ran again on every redelivery
+    ("settled")."""
+    ours = connection_store(connection).database
+    other = next(alias for alias in settings.DATABASES if alias != ours)
+    ids = [
+        _naming_lock_database(connection, queue_name, job_class("renamed"), "renamed-since"),
+        _naming_lock_database(connection, queue_name, job_class("other"), other),
+    ]
+
+    reports: list[JobReport] = []
+    worker = Worker(connection, reporter=reports.append, retry_base_delay=0)
+    try:
+        for _ in ids:
+            assert worker.process_next(10, [queue_name]) is True
+    finally:
+        worker.close()
+    assert connection.size(queue_name) == 0  # settled: nothing comes back
+
+    assert sorted((r.job_id, r.outcome) for r in reports) == sorted((i, JobOutcome.FAILED) for i in ids)
+    assert _ran() == []
+    records = FailedJob.objects.filter(job_id__in=ids)
+    assert sorted(r.job_id for r in records) == sorted(ids)
+    for record in records:
+        assert record.exception_class == exception_class_path(UnknownLockDatabaseError("x", None, None))
+        assert record.attempts == 1 and "unique locks in" in record.exception_message
+    FailedJob.objects.filter(job_id__in=ids).delete()
+
+
+#: Item 16's test: pushers racing on one key, the key's short lifetime, and how many holders to see.
+RACERS = 3
+RACE_LIFETIME = 0.25
+RACE_HOLDERS = 4
+
+
+@pytest.mark.trait("stores_jobs")
+def test_concurrent_pushes_taking_over_an_expired_key_keep_every_acknowledged_job(
+    connection: Queue, queue_name: str
+) -> None:
+    """Issue 27 item 16: a holder never run whose key expired, then pushes of the key from several threads at
+    once. Each acknowledged push gives the holder's id or, once the key expired, a new job's; every id any
+    push acknowledged is stored exactly once: a takeover never deletes nor overwrites the former holder.
+    (The Django-database store in each outbox database: tests/integrations/test_outbox.py.)"""
+    race_for_one_key(connection, queue_name)
+
+
+def race_for_one_key(connection: Queue, queue_name: str) -> None:
+    """RACERS threads push one unique key (unique_for RACE_LIFETIME) until RACE_HOLDERS holders took it in
+    turn (the expiry is awaited, not slept); then every id a push acknowledged is delivered exactly once."""
+    acknowledged: list[str] = []
+    seen = threading.Lock()
+
+    def holders() -> int:
+        with seen:
+            return len(set(acknowledged))
+
+    def race() -> None:
+        deadline = time.monotonic() + 60
+        while holders() < RACE_HOLDERS and time.monotonic() < deadline:
+            job_id = connection.push(jobs.Unique("race"), queue=queue_name, unique_for=RACE_LIFETIME)
+            with seen:
+                acknowledged.append(job_id)
+
+    threads = [in_thread(race) for _ in range(RACERS)]
+    for thread in threads:
+        thread.join(90)
+    expected = sorted(set(acknowledged))
+    assert len(expected) >= RACE_HOLDERS, f"{len(expected)} holders in 60 s"
+
+    delivered: list[str] = []
+    while True:
+        reserved = connection.pop_many(0.5, [queue_name], 50)
+        if not reserved.jobs:
+            break
+        delivered += [job.id for job in reserved.jobs]
+        connection.ack_many(reserved.jobs)
+    assert sorted(delivered) == expected, f"{len(acknowledged)} pushes acknowledged, {len(expected)} distinct ids"

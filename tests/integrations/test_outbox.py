@@ -22,6 +22,7 @@ from kinetis_queue.models import OutboxRecord, UniqueLockRecord
 from kinetis_queue.outbox.relay import Relay, backlog
 from kinetis_queue.worker import Worker
 from tests import jobs
+from tests.conformance.test_unique import race_for_one_key
 from tests.support.helpers import wait_until
 
 REDIS = {"BACKEND": "redis", "URL": "redis://127.0.0.1:6379/0"}
@@ -370,3 +371,12 @@ def test_a_queued_receiver_on_an_outbox_connection_pushes_in_the_transaction() -
     finally:
         OutboxRecord.objects.using("postgres").filter(connection="redisoutbox").delete()
         queue.clear(name)  # type: ignore[attr-defined]
+
+
+def test_concurrent_pushes_taking_over_an_expired_key_in_the_outbox_database_keep_every_acknowledged_job(
+    store: tuple[Queue, str], queue_name: str
+) -> None:
+    """Issue 27 item 16 on the Django-database lock store in each outbox database (MariaDB included): pushes
+    outside a transaction, racing on one key as it expires; every id a push acknowledged is stored once."""
+    queue, _ = store
+    race_for_one_key(queue, queue_name)

@@ -483,22 +483,23 @@ def test_every_script_has_the_header_and_touches_only_keys_it_is_given() -> None
         "size",
         "stats",
         "sweep",
+        "unique_push",
         "unreserve",
     ]
     for path in _lua_files():
         text = path.read_text()
-        library = path.stem == "priority"
+        library = path.stem in ("priority", "unique_push")
         assert text.startswith(f"-- {path.stem}: "), path.name
         assert library or ("-- KEYS[1] = " in text and "-- Returns" in text), path.name
         calls = re.findall(r"redis\.call\('(\w+)'(?:, ([^,)]+))?", text)
-        assert calls, path.name
-        # priority.lua is the library scripts.py puts before the scripts that store jobs: its functions
-        # take their keys as arguments (``*_key``), which every caller passes from KEYS.
+        assert calls or "push_unique(KEYS[" in text, path.name
+        # priority.lua and unique_push.lua are the libraries scripts.py puts before the scripts that store jobs:
+        # their functions take their keys as arguments (``*_key``), which every caller passes from KEYS.
         for command, first in calls:
             assert command != "KEYS", path.name
             key = first.endswith("_key") if library else first.startswith("KEYS[")
             assert command == "TIME" or key, f"{path.name}: {command} {first}"
-        for call in re.findall(r"(?:make_ready|priority_score)\(([^)]*)\)", text):
+        for call in re.findall(r"(?:make_ready|priority_score|push_unique)\(([^)]*)\)", text):
             if not library:
                 assert call.startswith("KEYS["), f"{path.name}: {call}"
 

@@ -2,7 +2,8 @@
 
 Each script is sent by its SHA1 (``EVALSHA``); the server loads it on first use (or after a restart
 or ``SCRIPT FLUSH``), when it answers ``NOSCRIPT`` (see client.RedisClient.script). A script that
-stores a job starts with priority.lua's shared functions (job priority, kinetis_queue.priority).
+stores a job starts with priority.lua's shared functions (job priority, kinetis_queue.priority); one that
+pushes a unique job, with unique_push.lua's after them.
 """
 
 from __future__ import annotations
@@ -25,10 +26,19 @@ def _read(name: str) -> str:
     return resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
-def _load(name: str, *, prioritized: bool = False) -> Script:
-    """``name``.lua, after priority.lua's functions when it stores jobs (``prioritized``)."""
-    text = (_read("priority") if prioritized else "") + _read(name)
+def storing(name: str, text: str, *, unique: bool = False) -> Script:
+    """A script that stores jobs: priority.lua's functions, then unique_push.lua's (``unique``), then ``text``
+    (also the schedules' fire.lua, which pushes as push() does)."""
+    return _script(name, _read("priority") + (_read("unique_push") if unique else "") + text)
+
+
+def _script(name: str, text: str) -> Script:
     return Script(name, text, hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest())
+
+
+def _load(name: str, *, prioritized: bool = False, unique: bool = False) -> Script:
+    """``name``.lua, after the shared functions when it stores jobs (``prioritized``; ``unique``: a unique job)."""
+    return storing(name, _read(name), unique=unique) if prioritized else _script(name, _read(name))
 
 
 PUSH_MANY = _load("push_many", prioritized=True)
@@ -41,7 +51,7 @@ RENEW = _load("renew")
 SIZE = _load("size")
 STATS = _load("stats")
 CLEAR = _load("clear")
-PUSH_UNIQUE = _load("push_unique", prioritized=True)
+PUSH_UNIQUE = _load("push_unique", prioritized=True, unique=True)
 RELEASE_UNIQUE = _load("release_unique")
 ACQUIRE_SLOT = _load("acquire_slot")
 RENEW_SLOT = _load("renew_slot")

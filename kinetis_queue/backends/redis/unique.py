@@ -1,7 +1,8 @@
 """Unique jobs on Redis: the lock and the job written by one script, released by the worker (kinetis_queue.unique).
 
 The lock key is ``{PREFIX}kinetis_queue:unique:{lock key}`` (its last part is no queue key kind, so
-``queue_names()`` never lists it). push_unique.lua writes the lock and the job together; the worker
+``queue_names()`` never lists it). push_unique.lua (and a schedule's fire.lua, through the same
+unique_push.lua function) writes the lock and the job together; the worker
 frees the key with release_unique.lua when the holder starts (``"started"``) or just before it is
 acked or failed for good (``"settled"``): a crash in between leaves a duplicate possible, never a key
 held by a finished job. The lock's expiry is ``unique_for`` in every scope.
@@ -35,6 +36,11 @@ class RedisLocks(LockStore):
             return f"{self.queue.base(queue)}unique:{lock_key}"
         return f"{self.queue.prefix}kinetis_queue:unique:{lock_key}"
 
+    @staticmethod
+    def lock_args(lock: UniqueLock) -> tuple[int, str]:
+        """unique_push.lua's lifetime (milliseconds) and debounce flag of ``lock``."""
+        return max(1, round(lock.seconds * 1000)), "1" if lock.debounce else "0"
+
     def push(self, queue: Queue, prepared: PreparedPush, lock: UniqueLock) -> str:
         member = prepared.envelope.to_json()
         if not member.startswith(f'{ENVELOPE_HEAD}{prepared.id}"'):  # pragma: no cover - Envelope.to_json's layout
@@ -42,8 +48,7 @@ class RedisLocks(LockStore):
         keys = self.queue.keys(prepared.queue)
         # Contract, "Delayed jobs": scored with the pushing process's clock (as RedisQueue._push).
         ready_at: float | str = prepared.envelope.pushed_at + prepared.delay if prepared.delay > 0 else ""
-        lifetime = max(1, round(lock.seconds * 1000))
-        args = (prepared.id, member, ready_at, lifetime, "1" if lock.debounce else "0", prepared.envelope.priority)
+        args = (prepared.id, member, ready_at, *self.lock_args(lock), prepared.envelope.priority)
         job_id, outcome = self.queue._client.script(
             scripts.PUSH_UNIQUE,
             (self.key(lock.key, prepared.queue), keys.pending, keys.delayed, *self.queue.priority_keys(prepared.queue)),

