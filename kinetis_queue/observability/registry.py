@@ -6,7 +6,8 @@ argument), and processed / failed counts. The worker keeps these in memory as it
 (a dict update per job) and writes the row from a background thread, so no delivery waits on it.
 
 Reading it (``queue_workers``, the dashboard, ``queue_health``): a worker not seen for GONE_AFTER
-seconds (three intervals) is gone, and its row is deleted once EXPIRE_AFTER old; a live worker whose
+seconds (three intervals) is gone, and its row is no longer listed once EXPIRE_AFTER old (deleted by the
+next worker that registers: reading never writes, so a probe or a scrape costs no write); a live worker whose
 every slot runs a job is "busy"; one with a free slot that took no delivery (started, deferred or
 skipped one) for STALLED_AFTER seconds while one of its queues that is not paused holds ready jobs is
 "stalled" (the "silently stopped consuming" failure). Deferred and snoozed jobs wait as delayed jobs,
@@ -95,6 +96,7 @@ class WorkerRegistry(DeliveryHooks):
         self._running: dict[str, tuple[QueuedJob, float]] = {}
         self._lock = threading.Lock()
         self._loop: BackgroundLoop | None = None
+        self._pruned = False
 
     # -- the hooks ------------------------------------------------------------------------------
 
@@ -151,6 +153,9 @@ class WorkerRegistry(DeliveryHooks):
                 "processed": self.processed,
                 "failed": self.failed,
             }
+        if not self._pruned:  # once a process: the rows of workers gone for EXPIRE_AFTER (readers never write)
+            WorkerRecord.objects.using(alias).filter(last_seen__lt=now - EXPIRE_AFTER).delete()
+            self._pruned = True
         WorkerRecord.objects.using(alias).update_or_create(pk=self.id, defaults=fields)
         return INTERVAL
 
@@ -189,15 +194,14 @@ class WorkerStatus:
 def workers(
     connection: str | None = None, *, now: float | None = None, ready: dict[str, int] | None = None
 ) -> list[WorkerStatus]:
-    """The registry (one connection's, or all), gone rows older than EXPIRE_AFTER deleted first.
+    """The registry (one connection's, or all) but rows older than EXPIRE_AFTER; it reads only, never writes.
 
     ``ready``: ready jobs per "connection/queue" (``ready_jobs()`` of queue_status' figures) to tell a
     stalled worker; without it none is flagged. ``now``: the database's clock unless given (tests).
     """
     alias = router.db_for_write(WorkerRecord)
     now = database_clock(alias) if now is None else now
-    rows = WorkerRecord.objects.using(alias)
-    rows.filter(last_seen__lt=now - EXPIRE_AFTER).delete()
+    rows = WorkerRecord.objects.using(alias).filter(last_seen__gte=now - EXPIRE_AFTER)
     if connection is not None:
         rows = rows.filter(connection=connection)
     result = []

@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connections as db_connections
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 
 from kinetis_queue import queues
 from kinetis_queue.models import WorkerRecord
-from kinetis_queue.observability.registry import EXPIRE_AFTER, GONE_AFTER, STALLED_AFTER, workers
+from kinetis_queue.observability.registry import EXPIRE_AFTER, GONE_AFTER, STALLED_AFTER, WorkerRegistry, workers
 from tests import jobs
 from tests.faults import procs
 from tests.settings import KINETIS_QUEUE
@@ -130,7 +132,18 @@ def test_a_worker_unseen_is_gone_then_expires_and_one_idle_beside_ready_jobs_is_
     stalled = _row(queues=queue_name, last_started=now - STALLED_AFTER - 1)
     idle = _row(queues=f"{queue_name}-empty", last_started=now - STALLED_AFTER - 1)
 
-    states = {w.id: w.state for w in workers(ready={f"sqlite/{queue_name}": 3})}
+    with CaptureQueriesContext(db_connections["default"]) as queries:
+        states = {w.id: w.state for w in workers(ready={f"sqlite/{queue_name}": 3})}
 
     assert states == {gone.pk: "gone", stalled.pk: "stalled", idle.pk: "alive"}
-    assert not WorkerRecord.objects.filter(pk=expired.pk).exists()
+    # Reading writes nothing (a health probe or a scrape ran a DELETE on every GET); the next worker to
+    # register deletes the expired row.
+    assert [q["sql"] for q in queries if not q["sql"].lstrip().upper().startswith("SELECT")] == []
+    assert WorkerRecord.objects.filter(pk=expired.pk).exists()
+    registry = WorkerRegistry("sqlite", [queue_name], 1)
+    registry._write()
+    try:
+        assert not WorkerRecord.objects.filter(pk=expired.pk).exists()
+        assert WorkerRecord.objects.filter(pk=gone.pk).exists()
+    finally:
+        registry._remove()
