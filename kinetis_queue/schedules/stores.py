@@ -13,7 +13,7 @@
   a scheduler that pushed but did not mark (killed between the two, or stalled longer than
   ``claim_timeout`` between claiming and marking) gets its tick pushed a second time by the taker.
   Both pushes carry the same job id (``tick_job_id``), so the duplicate is recognisable. Closing
-  that window needs the outbox of issue 16.
+  that window would need the push in the claim's transaction (the outbox).
 """
 
 from __future__ import annotations
