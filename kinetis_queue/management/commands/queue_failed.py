@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kinetis_queue import failed
+from kinetis_queue import failed, tables
+from kinetis_queue.exceptions import QueueTablesMissingError
 from kinetis_queue.management.commands._arguments import connection_name, queue_name
 from kinetis_queue.management.commands._tables import table
 
@@ -23,6 +24,12 @@ class Command(BaseCommand):
         parser.add_argument("--queue", type=queue_name, help="only records of this queue")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from kinetis_queue.models import FailedJob
+
+        try:
+            tables.require_models(FailedJob)  # a forgotten migrate, said as such
+        except QueueTablesMissingError as exc:
+            raise CommandError(str(exc)) from exc
         rows = failed.list_failed(connection=options["connection"], queue=options["queue"])
         if not rows:
             self.stdout.write("No failed jobs.")
