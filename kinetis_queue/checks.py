@@ -36,13 +36,14 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, register
 from django.core.checks import Warning as CheckWarning
-from django.db import DatabaseError, router
+from django.db import DatabaseError, connections, router
 
 from kinetis_queue import conf, registry, tables, unique
 from kinetis_queue.backends.sql.options import UNKNOWN_ALIAS
@@ -176,21 +177,23 @@ def check_tables(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
 
 @register()
 def check_tables_unasked(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W004 for a plain ``manage.py check``, which runs no database check: the tables exist in the databases
-    the app writes to. Other commands' checks never touch a database."""
+    """W004 for a plain ``manage.py check``, which runs no database check: the tables exist in the SQLite
+    databases the app writes to. Only SQLite, a local file: a plain check must not wait on a database server
+    it cannot reach (a build step has none); ``check --database ALIAS`` asks any database. Other commands'
+    checks never touch a database."""
     from django.core.management.commands import check
 
     command, asked = _running_command()
     if not isinstance(command, check.Command) or asked:
         return []  # with --database, check_tables answers
-    return _table_warnings(_app_databases())
+    return _table_warnings(alias for alias in _app_databases() if connections[alias].vendor == "sqlite")
 
 
 def _table_warnings(databases: Iterable[str]) -> list[CheckMessage]:
     warnings: list[CheckMessage] = []
     for alias in databases:
         try:
-            absent = missing(alias, tables.app_tables(alias))
+            absent = _absent(alias)
         except DatabaseError:
             continue  # an unreachable database is not this check's to report
         if absent:
@@ -203,6 +206,16 @@ def _table_warnings(databases: Iterable[str]) -> list[CheckMessage]:
                 )
             )
     return warnings
+
+
+def _absent(alias: str) -> list[str]:
+    """The app's tables database ``alias`` lacks; all of them when it is an SQLite file not made yet (asking
+    would make it)."""
+    wanted = tables.app_tables(alias)
+    db = connections[alias]
+    if db.vendor == "sqlite" and not db.is_in_memory_db() and not Path(str(db.settings_dict["NAME"])).exists():
+        return wanted
+    return missing(alias, wanted)
 
 
 def _running_command() -> tuple[object | None, Any]:
