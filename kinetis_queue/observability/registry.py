@@ -30,6 +30,7 @@ from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.hooks import DeliveryHooks
 from kinetis_queue.observability.models import WorkerRecord
 from kinetis_queue.outcomes import JobOutcome, JobReport
+from kinetis_queue.transactions import write_atomic
 from kinetis_queue.worker_log import job_name
 
 #: Seconds between two writes of a worker's row.
@@ -109,7 +110,9 @@ class WorkerRegistry(DeliveryHooks):
                 "processed": self.processed,
                 "failed": self.failed,
             }
-        WorkerRecord.objects.using(router.db_for_write(WorkerRecord)).update_or_create(pk=self.id, defaults=fields)
+        alias = router.db_for_write(WorkerRecord)
+        with write_atomic(alias):  # update_or_create reads, then writes: on SQLite it must lock at BEGIN
+            WorkerRecord.objects.using(alias).update_or_create(pk=self.id, defaults=fields)
         return INTERVAL
 
     def _remove(self) -> None:
