@@ -82,7 +82,11 @@ def _write_stub(project: Path, dotted: str, job_args: dict[str, Any] | None) -> 
 def _reader_modules(project: Path, snippet: Snippet) -> list[str]:
     """Stubs for the modules of the reader's project the snippet names; the apps to add to INSTALLED_APPS
     (kinetis_queue and the stubs' packages, less what the snippet adds itself)."""
-    namespace: dict[str, Any] = {"INSTALLED_APPS": [], "DATABASES": {}, "MIDDLEWARE": []}  # as startproject has
+    namespace: dict[str, Any] = {
+        "INSTALLED_APPS": [],
+        "DATABASES": {"default": {}},
+        "MIDDLEWARE": [],
+    }  # as startproject
     exec(compile(snippet.body, str(snippet), "exec"), namespace)
     queue_settings = namespace.get("KINETIS_QUEUE", {})
     packages = [_write_stub(project, m, None) for m in queue_settings.get("IMPORTS", [])]
