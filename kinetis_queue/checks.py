@@ -212,7 +212,7 @@ def _absent(alias: str) -> list[str]:
     """The app's tables database ``alias`` lacks; all of them when it is an SQLite file not made yet (asking
     would make it)."""
     wanted = tables.app_tables(alias)
-    db = connections[alias]
+    db: Any = connections[alias]  # is_in_memory_db() is the SQLite wrapper's own
     if db.vendor == "sqlite" and not db.is_in_memory_db() and not Path(str(db.settings_dict["NAME"])).exists():
         return wanted
     return missing(alias, wanted)
