@@ -17,11 +17,25 @@ __all__ = ["empty_db"]  # the fixture, shared with test_tables.py
 pytestmark = pytest.mark.core
 
 
-def test_queue_failed_says_the_tables_are_missing(empty_db: Path) -> None:
-    result = manage(empty_db, "queue_failed")
+@pytest.mark.parametrize(
+    ("command", "table"),
+    [
+        (["queue_failed"], "kinetis_queue_failed_jobs"),
+        (["queue_retry", "1"], "kinetis_queue_failed_jobs"),
+        (["queue_forget", "1"], "kinetis_queue_failed_jobs"),
+        (["queue_prune"], "kinetis_queue_failed_jobs"),
+        (["queue_prune_task_results"], "kinetis_queue_task_results"),
+        (["queue_restart"], "kinetis_queue_restart_markers"),
+    ],
+    ids=lambda v: v[0] if isinstance(v, list) else None,
+)
+def test_the_commands_say_the_tables_are_missing(empty_db: Path, command: list[str], table: str) -> None:
+    result = manage(empty_db, *command)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert f"CommandError: {MISSING} (kinetis_queue_failed_jobs): run `manage.py migrate`" in result.stderr
-    assert "Traceback" not in result.stderr and "OperationalError" not in result.stderr
+    assert MISSING in result.stderr and table in result.stderr and "run `manage.py migrate`" in result.stderr, (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr and "OperationalError" not in result.stderr, result.stderr
 
 
 def test_a_task_enqueue_says_the_tables_are_missing(empty_db: Path) -> None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
 from kinetis_queue import failed, tables
-from kinetis_queue.exceptions import QueueTablesMissingError
 from kinetis_queue.management.commands._arguments import connection_name, queue_name
 from kinetis_queue.management.commands._tables import table
 
@@ -26,10 +25,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from kinetis_queue.models import FailedJob
 
-        try:
-            tables.require_models(FailedJob)  # a forgotten migrate, said as such
-        except QueueTablesMissingError as exc:
-            raise CommandError(str(exc)) from exc
+        tables.command_requires(FailedJob)  # a forgotten migrate, said as such
         rows = failed.list_failed(connection=options["connection"], queue=options["queue"])
         if not rows:
             self.stdout.write("No failed jobs.")

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from kinetis_queue import control, failed
+from kinetis_queue import control, failed, tables
 from kinetis_queue.limits import database as limits_database
 from kinetis_queue.management.commands._arguments import positive_number
 from kinetis_queue.unique import database as unique_database
@@ -29,6 +29,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from kinetis_queue.models import Cancellation, FailedJob
+
+        tables.command_requires(FailedJob, Cancellation)
         hours: float = options["hours"]
         removed = failed.prune(hours)
         self.stdout.write(f"Pruned {removed} failed job(s) older than {hours:g} hour(s).")

@@ -7,7 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from kinetis_queue.contrib.tasks.results import prune
+from kinetis_queue import tables
+from kinetis_queue.contrib.tasks.results import TaskResultRecord, prune
 
 
 def _hours(value: str) -> float:
@@ -27,5 +28,6 @@ class Command(BaseCommand):
         parser.add_argument("--hours", type=_hours, default=336.0, help="age cut-off in hours (default 336)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        tables.command_requires(TaskResultRecord)
         removed = prune(options["hours"])
         self.stdout.write(f"Deleted {removed} finished task result(s).")
