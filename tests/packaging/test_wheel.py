@@ -143,6 +143,9 @@ def test_the_tutorial_runs_as_written_from_a_checkout(checkout: Path, project: t
     assert [s.action for s in steps].count("sh") >= 3
     assert sum(REDIS_PREFIX in s.body for s in steps) == 1
     python = cwd / ".venv" / "bin" / "python"
+    install = steps[0].body
+    assert f'pip install "{CHECKOUT_PLACEHOLDER}"' in install, install  # one pip install of the checkout
+    assert not re.search(r"\b(sudo|apt|apt-get|make|dist/)", install), install  # no root, no build step first
     outputs: list[str] = []
     try:
         for step in steps:
