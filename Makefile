@@ -3,7 +3,8 @@
 #   make test      services, lint, typecheck, Django checks, the full suite (Django from the dev install)
 #                  with line and branch coverage of kinetis_queue/ (worker subprocesses included), then
 #                  the core + SQL suite (pytest -m core) on Django 5.2 LTS
-#   make dist      the sdist and the wheel in dist/ (python -m build), checked by twine check --strict
+#   make dist      the sdist and the wheel in dist/ (python -m build), checked by twine check --strict; in its own
+#                  venv (.venv-dist: build and twine only; no system packages, no root)
 #   make docs      the documentation site in build/site (MkDocs Material, strict: warnings and broken
 #                  internal links fail); make docs-serve serves it on http://127.0.0.1:8000 while you edit
 #   make demo      the testproject demo on SQLite, in its own venv (.venv-demo: the app and Django only;
@@ -192,10 +193,27 @@ soak: venv services storms
 
 # The wheel is built from the sdist (python -m build's default), so a file missing from the sdist fails here.
 # tests/packaging/test_wheel.py builds its own and installs it into a fresh venv (part of make test).
-dist: venv
+# Building needs build and twine only (build fetches the build backend into an isolated env of its own): a small
+# venv of those two, not the dev venv's system packages and dev extra.
+DIST_VENV ?= .venv-dist
+
+$(DIST_VENV)/.installed:
+	@py="$$($(FIND_PYTHON))" || { \
+	  echo "error: no Python >= 3.12 found (tried: $(PYTHON_TRIED)); set PYTHON=/path/to/python3.12" >&2; \
+	  exit 1; }; \
+	if [ -x "$(DIST_VENV)/bin/python" ] && "$(DIST_VENV)/bin/python" $(IS_PY312) >/dev/null 2>&1; then \
+	  echo "dist: reusing $(DIST_VENV)"; \
+	else \
+	  echo "dist: creating $(DIST_VENV) with $$py ($$("$$py" -V)), installing build and twine"; \
+	  "$$py" -m venv --clear "$(DIST_VENV)"; \
+	fi
+	"$(DIST_VENV)/bin/python" -m pip install --quiet --progress-bar off build twine
+	touch "$@"
+
+dist: $(DIST_VENV)/.installed
 	rm -rf dist
-	"$(PY)" -m build --outdir dist .
-	"$(PY)" -m twine check --strict dist/*
+	"$(DIST_VENV)/bin/python" -m build --outdir dist .
+	"$(DIST_VENV)/bin/python" -m twine check --strict dist/*
 
 # The reference pages are generated while building (scripts/docs_hooks.py, mkdocstrings); the examples
 # marked in the pages run in tests/docs (part of make test's pytest run).
@@ -226,4 +244,4 @@ bench-peers: bench-venv services
 	"$(BENCH_VENV)/bin/python" -m bench.peers $(BENCH_ARGS)
 
 clean:
-	rm -rf "$(VENV)" "$(VENV52)" "$(DEMO_VENV)" "$(BENCH_VENV)" testproject/demo.sqlite3 build dist kinetis_queue.egg-info
+	rm -rf "$(VENV)" "$(VENV52)" "$(DEMO_VENV)" "$(BENCH_VENV)" "$(DIST_VENV)" testproject/demo.sqlite3 build dist kinetis_queue.egg-info

@@ -19,8 +19,8 @@ Errors:
 
 Database checks (``check --database ALIAS``, and ``migrate``, which runs them first):
 - kinetis_queue.W004: the kinetis_queue tables are missing in that database: run ``manage.py migrate``.
-  A warning, not an error: ``migrate`` runs database checks before migrating, and an error there
-  would stop the very command that creates the tables.
+  A plain ``manage.py check`` asks it about the databases the app writes to; ``migrate`` itself is
+  never told to run ``migrate``. A warning, not an error: an error would stop the command that fixes it.
 
 - kinetis_queue.W005: the transactional outbox of a connection whose OUTBOX is that database holds more
   rows than its OUTBOX_WARN: pushes commit, but no relay is sending them (or not fast enough).
@@ -34,12 +34,16 @@ Warnings (deployment only):
 from __future__ import annotations
 
 import inspect
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, register
 from django.core.checks import Warning as CheckWarning
-from django.db import DatabaseError
+from django.db import DatabaseError, connections, router
 
 from kinetis_queue import conf, registry, tables, unique
 from kinetis_queue.backends.sql.options import UNKNOWN_ALIAS
@@ -163,11 +167,33 @@ def check_discovery(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
 
 @register(Tags.database)
 def check_tables(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W004: the kinetis_queue tables exist in each database the check is asked about."""
+    """W004: the kinetis_queue tables exist in each database the check is asked about (never during
+    ``migrate``, which creates them)."""
+    from django.core.management.commands import migrate
+
+    command, _ = _running_command()
+    return [] if isinstance(command, migrate.Command) else _table_warnings(databases or ())
+
+
+@register()
+def check_tables_unasked(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W004 for a plain ``manage.py check``, which runs no database check: the tables exist in the SQLite
+    databases the app writes to. Only SQLite, a local file: a plain check must not wait on a database server
+    it cannot reach (a build step has none); ``check --database ALIAS`` asks any database. Other commands'
+    checks never touch a database."""
+    from django.core.management.commands import check
+
+    command, asked = _running_command()
+    if not isinstance(command, check.Command) or asked:
+        return []  # with --database, check_tables answers
+    return _table_warnings(alias for alias in _app_databases() if connections[alias].vendor == "sqlite")
+
+
+def _table_warnings(databases: Iterable[str]) -> list[CheckMessage]:
     warnings: list[CheckMessage] = []
-    for alias in databases or ():
+    for alias in databases:
         try:
-            absent = missing(alias, tables.app_tables(alias))
+            absent = _absent(alias)
         except DatabaseError:
             continue  # an unreachable database is not this check's to report
         if absent:
@@ -180,6 +206,40 @@ def check_tables(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
                 )
             )
     return warnings
+
+
+def _absent(alias: str) -> list[str]:
+    """The app's tables database ``alias`` lacks; all of them when it is an SQLite file not made yet (asking
+    would make it)."""
+    wanted = tables.app_tables(alias)
+    db: Any = connections[alias]  # is_in_memory_db() is the SQLite wrapper's own
+    if db.vendor == "sqlite" and not db.is_in_memory_db() and not Path(str(db.settings_dict["NAME"])).exists():
+        return wanted
+    return missing(alias, wanted)
+
+
+def _running_command() -> tuple[object | None, Any]:
+    """The management command running these checks, and the databases it asked them about (None: it named
+    none), read from its ``BaseCommand.check()`` call up the stack; (None, None) outside a command."""
+    from django.core.management import BaseCommand
+
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, BaseCommand):
+            return candidate, frame.f_locals.get("databases")
+        frame = frame.f_back
+    return None, None
+
+
+def _app_databases() -> list[str]:
+    """The databases the app writes to: the router's for its tables, and each SQL connection's."""
+    from kinetis_queue.models import FailedJob
+
+    try:
+        return tables.store_databases(FailedJob)
+    except QueueConfigurationError:
+        return [router.db_for_write(FailedJob)]  # the setting itself is E001's to report
 
 
 @register()

@@ -1,4 +1,4 @@
-"""The errors kinetis_queue raises (DESIGN.md §6); every message names what is wrong, never a job argument value."""
+"""The errors kinetis_queue raises; every message names what is wrong, never a job argument value."""
 
 from __future__ import annotations
 

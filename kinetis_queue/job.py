@@ -169,7 +169,7 @@ def display_name(path: str, args: Mapping[str, Any]) -> str:
 def resolve_job_class(path: str) -> type[Job]:
     """The Job subclass stored as ``path``, among classes this process registered (registry.py).
 
-    Nothing is imported: a payload never makes the worker import a module (DESIGN.md §2). Raises
+    Nothing is imported: a payload never makes the worker import a module. Raises
     JobReconstructionError naming the real reason (its module failed to import, was never imported...).
     """
     from kinetis_queue import registry

@@ -56,6 +56,16 @@ def require_for(queue: object | None) -> None:
     require_models(FailedJob, RestartMarker, Cancellation, PausedQueue)
 
 
+def command_requires(*models: type[Any]) -> None:
+    """``require_models()`` for a management command: a forgotten migrate is its CommandError, naming the fix."""
+    from django.core.management.base import CommandError
+
+    try:
+        require_models(*models)
+    except QueueTablesMissingError as exc:
+        raise CommandError(str(exc)) from exc
+
+
 def require_models(*models: type[Any]) -> None:
     """The tables of ``models`` exist in the databases the router names for them (QueueTablesMissingError
     otherwise); a database that cannot be reached is left for the caller's own work to report."""

@@ -12,5 +12,9 @@ DATABASES = {
     **_DATABASES,
     "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ["KINETIS_TESTS_EMPTY_DB"]},
 }
-KINETIS_QUEUE = {"DEFAULT_CONNECTION": "sqlite", "CONNECTIONS": {"sqlite": {"BACKEND": "sql", "DATABASE": "default"}}}
+KINETIS_QUEUE = {
+    "DEFAULT_CONNECTION": "sqlite",
+    "CONNECTIONS": {"sqlite": {"BACKEND": "sql", "DATABASE": "default"}},
+    "IMPORTS": ["tests.task_defs"],  # the @task functions of tests/operator/test_forgotten_migrate.py
+}
 LOGGING = {"version": 1, "disable_existing_loggers": False}

@@ -505,7 +505,7 @@ def write_report(bench: Bench, started: float, done: int) -> str:
         f"{args.io_concurrency} at once, latency up to K={args.latency_k} probes "
         f"{args.gap * 1000:.0f} ms apart; medians of {done} (min-max), same run."
     )
-    lines = [title, "", *tables(bench, args), "Targets (issue 14):", ""]
+    lines = [title, "", *tables(bench, args), "Targets:", ""]
     checks = targets(bench, args)
     lines += [f"- {c['status'].upper()}: {c['target']}" + (f" ({c['detail']})" if c["detail"] else "") for c in checks]
     if bench.errors:

@@ -37,6 +37,7 @@ from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.hooks import DeliveryHooks
 from kinetis_queue.observability.models import WorkerRecord
 from kinetis_queue.outcomes import JobOutcome, JobReport
+from kinetis_queue.transactions import write_atomic
 from kinetis_queue.worker_log import job_name
 
 if TYPE_CHECKING:
@@ -153,10 +154,11 @@ class WorkerRegistry(DeliveryHooks):
                 "processed": self.processed,
                 "failed": self.failed,
             }
-        if not self._pruned:  # once a process: the rows of workers gone for EXPIRE_AFTER (readers never write)
-            WorkerRecord.objects.using(alias).filter(last_seen__lt=now - EXPIRE_AFTER).delete()
-            self._pruned = True
-        WorkerRecord.objects.using(alias).update_or_create(pk=self.id, defaults=fields)
+        with write_atomic(alias):  # update_or_create reads, then writes: on SQLite it must lock at BEGIN
+            if not self._pruned:  # once a process: rows of workers gone for EXPIRE_AFTER (readers never write)
+                WorkerRecord.objects.using(alias).filter(last_seen__lt=now - EXPIRE_AFTER).delete()
+                self._pruned = True
+            WorkerRecord.objects.using(alias).update_or_create(pk=self.id, defaults=fields)
         return INTERVAL
 
     def _remove(self) -> None:

@@ -15,7 +15,7 @@
   a scheduler that pushed but did not mark (killed between the two, or stalled longer than
   ``claim_timeout`` between claiming and marking) gets its tick pushed a second time by the taker.
   Both pushes carry the same job id (``tick_job_id``), so the duplicate is recognisable. Closing
-  that window needs the outbox of issue 16.
+  that window would need the push in the claim's transaction (the outbox).
 
 Every store pushes the tick's job as push() would: with the job class's priority, and through the
 connection's unique lock, so a tick whose key is held stores nothing and its claim names the holder.

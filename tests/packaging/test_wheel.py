@@ -1,17 +1,22 @@
-"""The built wheel works on a machine that has never seen the project (issue 21).
+"""The package works on a machine that has never seen the project.
 
-The sdist and the wheel are built once (``python -m build``: the wheel is built from the sdist, so the sdist is
-complete too) and checked by ``twine check --strict``. Then the tutorial (docs/tutorial/index.md) runs as
-written, in a fresh virtualenv (no ``--system-site-packages``, no dev tools) that holds only the wheel and what
-pip fetches for it: a Django project is made, migrated, pushed to, drained by ``queue_work --stop-when-empty``,
-and its failed job is listed by ``queue_failed``; then the same on Redis. Two substitutions are made, both named
-on the page: the checkout's path, and a Redis key prefix of this run's own.
+A copy of the checkout stands for a fresh clone (the files git tracks, and new ones it does not ignore, as the
+worktree has them). ``make dist``'s two steps run on it once (``python -m build``: the wheel is built from the
+sdist, so the sdist is complete too; ``twine check --strict``), and ``make dist`` itself needs no more than
+build and twine (no system package, no dev venv). Then the tutorial (docs/tutorial/index.md) runs as written,
+in a fresh virtualenv (no ``--system-site-packages``, no dev tools): its one ``pip install`` of the checkout
+brings Django and nothing else; a Django project is made, migrated, pushed to, drained by ``queue_work
+--stop-when-empty``, and its failed job is listed by ``queue_failed``; then the same on Redis. No step prints
+an ERROR line but the final failure the tutorial shows on purpose. Two substitutions are made, both named on
+the page: the checkout's path, and a Redis key prefix of this run's own.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -44,10 +49,24 @@ def _run(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
-    """`make dist`'s two steps, once for the module."""
-    out = tmp_path_factory.mktemp("checkout") / "dist"
-    built = _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)])
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the checkout as a fresh clone has it: what git tracks or would add, as the worktree has it."""
+    listed = _run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT)
+    assert listed.returncode == 0, listed.stderr
+    copy = tmp_path_factory.mktemp("clone") / "kinetis-queue"
+    for name in filter(None, listed.stdout.split("\0")):
+        source = ROOT / name
+        if source.is_file():  # a tracked file deleted in the worktree is not there
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy / name)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def dist(checkout: Path) -> Dist:
+    """`make dist`'s two steps, once for the module, in the copy."""
+    out = checkout / "dist"
+    built = _run([sys.executable, "-m", "build", "--outdir", str(out), str(checkout)])
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = out.glob("kinetis_queue-*.whl")
     (sdist,) = out.glob("kinetis_queue-*.tar.gz")
@@ -81,7 +100,7 @@ def _check_contents(dist: Dist) -> None:
 
 
 @pytest.fixture(scope="module")
-def project(dist: Dist, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     """An empty project directory and a clean environment: ``python`` is the base interpreter, no venv active."""
     home = tmp_path_factory.mktemp("tutorial")
     bin_dir = home / "bin"
@@ -96,18 +115,41 @@ def project(dist: Dist, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
     yield home / "project", env
 
 
-def test_the_wheel_installs_and_runs_the_tutorial(dist: Dist, project: tuple[Path, dict[str, str]]) -> None:
-    """One test, so that pytest-xdist builds the wheel once."""
+#: The one ERROR line the tutorial shows on purpose: order -1's final failure.
+TUTORIAL_FAILURE = re.compile(r' ERROR kinetis_queue\.worker Job "shop\.jobs\.SendReceipt" failed permanently ')
+#: What the tutorial's first ``pip install`` may bring: the package, Django and Django's own requirements.
+CORE_INSTALL = {"pip", "kinetis-queue", "django", "asgiref", "sqlparse", "tzdata"}
+
+
+def test_make_dist_needs_build_and_twine_only(tmp_path: Path) -> None:
+    """`make dist` on a machine without the dev venv: no system packages (root), no dev extra."""
+    planned = _run(["make", "-n", "dist", f"VENV={tmp_path / 'no-dev-venv'}", f"DIST_VENV={tmp_path / 'dist-venv'}"],
+                   cwd=ROOT)  # fmt: skip
+    assert planned.returncode == 0, planned.stderr
+    assert "system-deps" not in planned.stdout and "apt" not in planned.stdout, planned.stdout
+    assert "[dev]" not in planned.stdout and str(tmp_path / "no-dev-venv") not in planned.stdout, planned.stdout
+    assert "-m pip install --quiet --progress-bar off build twine" in planned.stdout, planned.stdout
+
+
+def test_the_wheel_holds_the_package(dist: Dist) -> None:
     _check_contents(dist)
+
+
+def test_the_tutorial_runs_as_written_from_a_checkout(checkout: Path, project: tuple[Path, dict[str, str]]) -> None:
+    """One test: every step depends on the one before."""
     cwd, env = project
     prefix = f'"mysite_{uuid.uuid4().hex[:8]}:"'
     steps = snippets(TUTORIAL)
     assert [s.action for s in steps].count("sh") >= 3
     assert sum(REDIS_PREFIX in s.body for s in steps) == 1
+    python = cwd / ".venv" / "bin" / "python"
+    install = steps[0].body
+    assert f'pip install "{CHECKOUT_PLACEHOLDER}"' in install, install  # one pip install of the checkout
+    assert not re.search(r"\b(sudo|apt|apt-get|make|dist/)", install), install  # no root, no build step first
     outputs: list[str] = []
     try:
         for step in steps:
-            body = step.body.replace(CHECKOUT_PLACEHOLDER, str(dist.wheel.parent.parent)).replace(REDIS_PREFIX, prefix)
+            body = step.body.replace(CHECKOUT_PLACEHOLDER, str(checkout)).replace(REDIS_PREFIX, prefix)
             if step.action in ("write", "append"):
                 assert step.target
                 with (cwd / step.target).open("w" if step.action == "write" else "a", encoding="utf-8") as f:
@@ -118,9 +160,14 @@ def test_the_wheel_installs_and_runs_the_tutorial(dist: Dist, project: tuple[Pat
                         cwd=cwd, env=env)  # fmt: skip
             assert done.returncode == 0, f"{step}\n{done.stdout}\n{done.stderr}"
             outputs.append(done.stdout + done.stderr)
+            if len(outputs) == 1:  # the install: Django and nothing else (no dev tools, no store library)
+                assert _installed(python, env) <= CORE_INSTALL, _installed(python, env)
     finally:
         _delete_redis_keys(prefix.strip('"'))
 
+    errors = [line for out in outputs for line in out.splitlines() if " ERROR " in line or "Traceback" in line]
+    assert [line for line in errors if not TUTORIAL_FAILURE.search(line)] == [], errors
+    assert len(errors) == 1, errors  # order -1 fails for good once
     installed, on_sqlite, redis_installed, on_redis = outputs
     assert "Successfully installed" in installed and "Successfully installed" in redis_installed
     assert "Applying kinetis_queue.0001_initial... OK" in on_sqlite
@@ -128,17 +175,21 @@ def test_the_wheel_installs_and_runs_the_tutorial(dist: Dist, project: tuple[Pat
     assert "no such order" in on_sqlite
     assert "shop.jobs.SendReceipt" in on_redis
 
-    python = cwd / ".venv" / "bin" / "python"
     # The failed-jobs table lives in the Django database whatever the store: order -1's record is still listed.
     failed = _run([str(python), "manage.py", "queue_failed"], cwd=cwd, env=env)
     assert failed.returncode == 0, failed.stderr
     assert "shop.jobs.SendReceipt" in failed.stdout and "ValueError" in failed.stdout, failed.stdout
-    frozen = _run([str(python), "-m", "pip", "list", "--format", "json"], env=env)
-    have = {p["name"].lower() for p in json.loads(frozen.stdout)}
+    have = _installed(python, env)
     assert {"kinetis-queue", "django", "redis"} <= have
     assert have.isdisjoint({"pytest", "ruff", "mypy", "django-stubs", "psycopg", "boto3"}), have
     where = _run([str(python), "-c", "import kinetis_queue; print(kinetis_queue.__file__)"], cwd=cwd, env=env)
     assert "/.venv/lib/" in where.stdout, where.stdout + where.stderr
+
+
+def _installed(python: Path, env: dict[str, str]) -> set[str]:
+    listed = _run([str(python), "-m", "pip", "list", "--format", "json"], env=env)
+    assert listed.returncode == 0, listed.stderr
+    return {p["name"].lower() for p in json.loads(listed.stdout)}
 
 
 def _delete_redis_keys(prefix: str) -> None:

@@ -21,11 +21,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 from django.core import checks
-from django.db import router, transaction
+from django.db import DatabaseError, router, transaction
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 
 from kinetis_queue import conf, connections, registry, signals
+from kinetis_queue.backends.sql.tables import explain
 from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
 from kinetis_queue.contrib.tasks.compat import (
     BaseTaskBackend,
@@ -169,19 +170,25 @@ class KinetisTaskBackend(BaseTaskBackend):
         )
         prepared = _with_attempt_rules(prepared, task)
         alias = router.db_for_write(TaskResultRecord)
-        record = TaskResultRecord.objects.using(alias).create(
-            id=result_id,
-            task_path=task.module_path,
-            backend=self.alias,
-            queue_name=task.queue_name,
-            priority=task.priority,
-            run_after=task.run_after,
-            status=TaskResultStatus.READY,
-            enqueued_at=now,
-            args=args,
-            kwargs=kwargs,
-            job_id=prepared.id,
-        )
+        try:
+            record = TaskResultRecord.objects.using(alias).create(
+                id=result_id,
+                task_path=task.module_path,
+                backend=self.alias,
+                queue_name=task.queue_name,
+                priority=task.priority,
+                run_after=task.run_after,
+                status=TaskResultStatus.READY,
+                enqueued_at=now,
+                args=args,
+                kwargs=kwargs,
+                job_id=prepared.id,
+            )
+        except DatabaseError as exc:  # a forgotten migrate is said as such (QueueTablesMissingError)
+            forgotten = explain(alias, exc, TaskResultRecord._meta.db_table)
+            if forgotten is None:
+                raise
+            raise forgotten from exc
 
         def sent(job_id: str) -> None:  # a unique task whose key is held: this enqueue queued nothing
             if job_id != prepared.id:

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from kinetis_queue import failed
+from kinetis_queue import failed, tables
 from kinetis_queue.management.commands._arguments import connection_name, queue_name
 from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.management.commands._tables import table
@@ -24,6 +24,9 @@ class Command(QueueCommand):
         parser.add_argument("--queue", type=queue_name, help="only records of this queue")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from kinetis_queue.models import FailedJob
+
+        tables.command_requires(FailedJob)  # a forgotten migrate, said as such
         rows = failed.list_failed(connection=options["connection"], queue=options["queue"])
         if not rows:
             self.stdout.write("No failed jobs.")

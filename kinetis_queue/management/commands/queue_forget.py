@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from kinetis_queue import failed
+from kinetis_queue import failed, tables
 from kinetis_queue.management.commands._arguments import record_id
 from kinetis_queue.management.commands._output import QueueCommand
 
@@ -18,6 +18,9 @@ class Command(QueueCommand):
         parser.add_argument("id", type=record_id, metavar="ID", help="the failed-job id (queue_failed)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from kinetis_queue.models import FailedJob
+
+        tables.command_requires(FailedJob)
         if not failed.forget(options["id"]):
             raise CommandError(f"there is no failed job with id {options['id']}")
         self.stdout.write(f"Failed job {options['id']} forgotten.")

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from kinetis_queue import control, failed
+from kinetis_queue import control, failed, tables
 from kinetis_queue.limits import database as limits_database
 from kinetis_queue.management.commands._arguments import positive_number
 from kinetis_queue.management.commands._output import QueueCommand
@@ -30,6 +30,9 @@ class Command(QueueCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from kinetis_queue.models import Cancellation, FailedJob
+
+        tables.command_requires(FailedJob, Cancellation)
         hours: float = options["hours"]
         removed = failed.prune(hours)
         self.stdout.write(f"Pruned {removed} failed job(s) older than {hours:g} hour(s).")

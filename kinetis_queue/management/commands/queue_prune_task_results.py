@@ -7,7 +7,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from kinetis_queue.contrib.tasks.results import prune
+from kinetis_queue import tables
+from kinetis_queue.contrib.tasks.results import TaskResultRecord, prune
 from kinetis_queue.management.commands._output import QueueCommand
 
 
@@ -28,5 +29,6 @@ class Command(QueueCommand):
         parser.add_argument("--hours", type=_hours, default=336.0, help="age cut-off in hours (default 336)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        tables.command_requires(TaskResultRecord)
         removed = prune(options["hours"])
         self.stdout.write(f"Deleted {removed} finished task result(s).")

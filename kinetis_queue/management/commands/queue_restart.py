@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from kinetis_queue import conf, connections
+from kinetis_queue import conf, connections, tables
 from kinetis_queue.contracts import DisposableQueue, Queue
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name
@@ -53,6 +53,9 @@ class Command(QueueCommand):
     def _bump(settings: conf.ConnectionSettings) -> int:
         cls = connections.backend_class(settings)
         if not has_own_marker(cls):
+            from kinetis_queue.models import RestartMarker
+
+            tables.require_models(RestartMarker)  # a forgotten migrate, said as such
             return DatabaseRestartMarker(settings.name).bump()
         queue: Queue = cls.from_settings(settings)
         try:

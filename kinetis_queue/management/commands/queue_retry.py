@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from kinetis_queue import failed
+from kinetis_queue import failed, tables
 from kinetis_queue.management.commands._arguments import record_id
 from kinetis_queue.management.commands._output import QueueCommand
 
@@ -22,6 +22,9 @@ class Command(QueueCommand):
         parser.add_argument("ids", nargs="+", type=record_id, metavar="ID", help="failed-job ids (queue_failed)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from kinetis_queue.models import FailedJob
+
+        tables.command_requires(FailedJob)
         ids: list[int] = list(dict.fromkeys(options["ids"]))
         refused = 0
         for record_id_ in ids:
