@@ -17,14 +17,15 @@ from kinetis_queue import hooks
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.control.hooks import view_of
 from kinetis_queue.hooks import DeliveryHooks, HookChain, default_hooks
-from kinetis_queue.observability import setup
+from kinetis_queue.job_timeout import TIMEOUT_KEY
+from kinetis_queue.observability import correlation, setup
 from kinetis_queue.observability.tracing import TRACE_KEY, TracingHooks
 from kinetis_queue.outcomes import JobOutcome, JobReport
 from kinetis_queue.worker import ExitReason, Worker
 from tests import concurrency_jobs as cj
 from tests import jobs
 from tests.settings import KINETIS_QUEUE
-from tests.support.helpers import wait_until
+from tests.support.helpers import in_thread, wait_until
 
 pytest.importorskip("opentelemetry.sdk")
 
@@ -92,6 +93,7 @@ def _reset() -> Iterator[None]:
     cj.reset()
     yield
     cj.RELEASE.set()  # a job still waiting in an abandoned thread ends now
+    cj.HOLD.set()
 
 
 def names(outcomes: list[tuple[str, dict[str, Any]]]) -> list[str]:
@@ -114,7 +116,8 @@ def test_a_job_settled_by_the_timeout_watchdog_ends_its_hooks_and_its_span_once(
     with trace.get_tracer("tests").start_as_current_span("request"):
         job_id = connection.push(cj.WaitsForRelease("w"), queue=queue_name, max_attempts=1)
     recorder = Recorder()
-    with Worker(connection, concurrency=4, job_timeout=1, hooks=HookChain([default_hooks(), recorder])) as worker:
+    worker = Worker(connection, concurrency=4, job_timeout=1, hooks=HookChain([default_hooks(), recorder]))
+    try:
         assert worker.run(5, [queue_name], once=True) is ExitReason.COMPLETED
         assert cj.WAITING.is_set() and cj.STARTED == []  # settled while handle() still waits
         assert names(outcomes) == ["job_failed_permanently"]
@@ -124,6 +127,8 @@ def test_a_job_settled_by_the_timeout_watchdog_ends_its_hooks_and_its_span_once(
         assert span.attributes["kinetis_queue.outcome"] == JobOutcome.FAILED.value
         cj.RELEASE.set()
         wait_until(lambda: any("its result is discarded" in r.getMessage() for r in caplog.records))
+    finally:
+        worker.close()
     assert recorder.calls == [("started", job_id), ("reported", job_id, JobOutcome.FAILED), ("ended", job_id)]
     # The span's context is not detached in the watchdog's thread, where it was never attached.
     assert [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry")] == []
@@ -145,9 +150,12 @@ def test_a_malformed_trace_carrier_neither_fails_the_job_nor_logs_an_error(
 
     monkeypatch.setattr(hooks, "METADATA_PROVIDERS", [*hooks.METADATA_PROVIDERS, malformed])
     connection.push(jobs.Records("carried"), queue=queue_name, max_attempts=1)
-    with Worker(connection) as worker:
+    worker = Worker(connection)
+    try:
         assert any(isinstance(hook, TracingHooks) for hook in getattr(worker.hooks, "hooks", ()))
         assert worker.process_next(5, [queue_name]) is True
+    finally:
+        worker.close()
     assert names(outcomes) == ["job_succeeded"]
     assert [call[1] for call in jobs.CALLS] == ["carried"]
     assert errors(caplog) == []
@@ -163,9 +171,12 @@ def test_an_observer_hook_that_raises_is_logged_once_and_the_outcomes_are_unchan
     second = connection.push(jobs.Records("two"), queue=queue_name, max_attempts=1)
     recorder = Recorder()
     chain: DeliveryHooks = HookChain([Raising(), recorder]) if chained else Raising()
-    with Worker(connection, hooks=chain) as worker:
+    worker = Worker(connection, hooks=chain)
+    try:
         assert worker.process_next(5, [queue_name]) is True
         assert worker.process_next(5, [queue_name]) is True
+    finally:
+        worker.close()
     assert names(outcomes) == ["job_succeeded", "job_succeeded"]
     assert [call[1] for call in jobs.CALLS] == ["one", "two"]
     if chained:
@@ -202,3 +213,43 @@ def test_a_worker_driven_by_process_next_stops_its_background_refresh_when_its_w
     assert _control_threads() == []
     assert names(outcomes) == ["job_succeeded"]
     worker.close()  # once more: nothing left to do, nothing raised
+
+
+def test_the_thread_of_a_timed_out_job_runs_its_next_job_without_what_the_first_one_set(
+    connection: Queue, queue_name: str, outcomes: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Job "a" (its own 1 s limit, a correlation id) times out and its pool thread is abandoned; once it
+    ends, that thread (the other one is held by "c") runs "b", pushed with no correlation id: "b" must not
+    see "a"'s, which the watchdog's ended() could not take back from "a"'s thread."""
+
+    def timed(queue: Queue, queue_name: str, job_class: str) -> dict[str, Any]:
+        if job_class.endswith("WaitsForRelease"):
+            return {TIMEOUT_KEY: 1, correlation.METADATA_KEY: "corr-a"}
+        return {}
+
+    monkeypatch.setattr(hooks, "METADATA_PROVIDERS", [timed])
+    connection.push(cj.WaitsForRelease("a"), queue=queue_name, max_attempts=1)
+    connection.push(cj.HoldsUntil("c"), queue=queue_name)
+
+    worker = Worker(connection, concurrency=2)
+
+    def then() -> None:
+        try:
+            wait_until(lambda: names(outcomes) == ["job_failed_permanently"])  # "a" settled by the watchdog
+            cj.RELEASE.set()
+            wait_until(lambda: "a" in cj.STARTED)  # "a"'s thread is free again ("c" holds the other)
+            connection.push(cj.RecordsCorrelation("b"), queue=queue_name)
+            wait_until(lambda: any(label.startswith("b:") for label in cj.STARTED))
+        finally:
+            cj.HOLD.set()
+            cj.RELEASE.set()
+            if not any(label.startswith("b:") for label in cj.STARTED):
+                worker.stop()  # a failed step: end the run rather than hang it
+
+    helper = in_thread(then)
+    try:
+        assert worker.run(5, [queue_name], max_jobs=3) is ExitReason.MAX_JOBS
+    finally:
+        worker.close()
+    helper.join()
+    assert sorted(cj.STARTED) == ["a", "b:None", "c"]
