@@ -20,7 +20,7 @@ from tests.conformance.test_worker_concurrency import remaining, reserving_sever
 
 pytestmark = pytest.mark.trait("stores_jobs")
 
-ROUNDS = range(3)
+ROUNDS = range(2)
 
 
 @pytest.fixture(autouse=True)
