@@ -10,6 +10,10 @@ and the per-job report. Used by ``Worker.process_next()`` and by every slot of t
 - an ``async def handle`` runs on the process's event loop (kinetis_queue.async_loop), its time limit
   by cancellation.
 - with an AckBatch, a success's ack is deferred and its report made when the batch's result is known.
+
+Every path ends the delivery's hooks once (``DeliveryHooks.ended``): the job's thread after its
+settlement, or the watchdog after the timeout's. Their observers (``started``, ``ended``,
+``reported``) are contained: what they raise never changes the outcome (kinetis_queue.hooks.Observers).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from kinetis_queue.exceptions import (
     UnknownLockDatabaseError,
 )
 from kinetis_queue.heartbeat import Heartbeat, RenewalReport
-from kinetis_queue.hooks import SkipDelivery
+from kinetis_queue.hooks import Observers, SkipDelivery
 from kinetis_queue.hygiene import HYGIENE_FRESH_FOR, reset_connections
 from kinetis_queue.job import Job, JobContext, Snooze, call_handle, handle_arguments
 from kinetis_queue.job_timeout import attempt_timeout, call_with_timeout
@@ -76,6 +80,7 @@ class DeliveryRunner:
         #: Concurrency slots (kinetis_queue.limits), built on first need; closed with the worker.
         self.slots: SlotKeeper | None = None
         self._local = threading.local()
+        self._observers = Observers()
         self._abandoned = 0
         self._abandoned_lock = threading.Lock()
 
@@ -86,12 +91,26 @@ class DeliveryRunner:
 
     def process(self, job: QueuedJob) -> None:
         """Run ``job``'s attempt and settle it (or leave it to the watchdog that timed it out)."""
+        if self.watchdog is None:
+            self._process(job)
+        else:
+            # The watchdog may settle this delivery and end its hooks from its own thread: whatever
+            # started() set in this thread's context (the current span, the correlation id) must then
+            # end with the attempt here too, not reach the next job this thread runs.
+            contextvars.copy_context().run(self._process, job)
+
+    def _process(self, job: QueuedJob) -> None:
         started = time.perf_counter()
         if time.monotonic() >= getattr(self._local, "hygiene_due", 0.0):
             reset_connections()
         log_context = describe(job)
         claim = Claim()
-        ended, report = self._attempt(job, log_context, claim, started)
+        try:
+            ended, report = self._attempt(job, log_context, claim, started)
+        except BaseException:  # an operator's Ctrl-C: nothing is settled, but the attempt's hooks end
+            if claim.take():
+                self._ended(job)
+            raise
         if not claim.take():
             with self._abandoned_lock:
                 self._abandoned -= 1
@@ -107,7 +126,14 @@ class DeliveryRunner:
         try:
             self.conclude(job, ended, report, log_context, started)
         finally:
+            self._ended(job)
+
+    def _ended(self, job: QueuedJob) -> None:
+        """The delivery's ``ended()`` hooks, once it is settled (or left unsettled); contained."""
+        try:
             self.policy.hooks.ended(job)
+        except Exception as exc:
+            self._observers.failed(self.policy.hooks.ended, exc)
 
     def conclude(
         self,
@@ -180,7 +206,10 @@ class DeliveryRunner:
             if self._needs_watchdog(instance, seconds):
                 assert seconds is not None
                 token = self._arm(job, claim, log_context, started, seconds)
-            self.policy.hooks.started(job)
+            try:
+                self.policy.hooks.started(job)
+            except Exception as exc:  # an observer: never the job's failure
+                self._observers.failed(self.policy.hooks.started, exc)
             # Per-job hygiene: handle() runs in a copy of the worker's context, so whatever it
             # activates through context variables (Django's translation and time zone, any
             # asgiref Local) ends with it and never reaches the next job.
@@ -279,6 +308,7 @@ class DeliveryRunner:
             except BaseException as exc:
                 self.failed(exc)
             finally:
+                self._ended(job)  # settled here: the span ends, the worker registry drops the job
                 reset_connections()
 
         return self.watchdog.arm(seconds, expired)
@@ -302,13 +332,16 @@ class DeliveryRunner:
             delay,
             job_name(job),
         )
-        try:
-            if hooks.wants_reports:
+        if hooks.wants_reports:
+            try:
                 hooks.reported(job, report)
-            if self.reporter is not None:
+            except Exception as exc:
+                self._observers.failed(hooks.reported, exc)
+        if self.reporter is not None:
+            try:
                 self.reporter(report)
-        except Exception as exc:
-            contained(logger.error, "The job reporter raised %s (contained)", type(exc).__name__)
+            except Exception as exc:
+                contained(logger.error, "The job reporter raised %s (contained)", type(exc).__name__)
 
 
 def _operator_interrupt(exc: BaseException) -> bool:

@@ -9,11 +9,18 @@ The calls, in a delivery's order: ``active()`` filters the queues a reservation 
 decides, before the attempt, whether it runs (raising SkipDelivery or AtLimit when not);
 ``succeeding()`` / ``failing()`` run just before the ack of a success / the fail() of a final failure
 (an error there propagates and nothing is settled, as a failed-job record's); ``ended()`` after the
-attempt, whatever it became. ``cancelled()`` answers JobContext.cancelled.
+attempt, whatever it became, on every path (by the watchdog that settled a timed-out attempt, too).
+``cancelled()`` answers JobContext.cancelled.
+
+``started()``, ``ended()`` and ``reported()`` only observe (telemetry, the worker registry): what one of
+them raises is logged once (per hook, method and error class, for the worker's life) and contained, so
+observability never changes a delivery's outcome (``Observers``).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -24,6 +31,8 @@ if TYPE_CHECKING:
 
 #: How long a worker whose every watched queue is paused waits before it looks again (seconds).
 PAUSED_WAIT: Final = 0.5
+
+logger = logging.getLogger("kinetis_queue.worker")
 
 
 class SkipDelivery(Exception):  # a marker, not an error
@@ -74,6 +83,36 @@ class DeliveryHooks:
         """What the delivery became (only when ``wants_reports``): its outcome, duration and error class."""
 
 
+class Observers:
+    """Where the failures of observer hooks (started, ended, reported) go: each is logged once per hook,
+    method and error class (a hook failing on every job says so once, not once a job), never raised."""
+
+    def __init__(self) -> None:
+        self._logged: set[tuple[str, str, str]] = set()
+        self._lock = threading.Lock()
+
+    def failed(self, method: Callable[..., None], exc: Exception) -> None:
+        """``method`` (a bound hook method) raised ``exc``: log it the first time, then contain it.
+        The error's class only: its text could quote a job's values."""
+        owner = getattr(method, "__self__", None)
+        hook = type(owner).__qualname__ if owner is not None else getattr(method, "__qualname__", "?")
+        name = getattr(method, "__name__", "?")
+        key = (hook, name, type(exc).__name__)
+        with self._lock:
+            if key in self._logged:
+                return
+            self._logged.add(key)
+        try:
+            logger.error(
+                "The %s hook's %s() raised %s; contained, the job's outcome is unchanged (logged once for this worker)",
+                hook,
+                name,
+                type(exc).__name__,
+            )
+        except Exception:  # noqa: S110 - observers never decide, the logging system's own errors included
+            pass
+
+
 class HookChain(DeliveryHooks):
     """Several hooks, each asked in turn: for each method, only those that override it (the base's
     no-ops cost a delivery nothing)."""
@@ -86,6 +125,8 @@ class HookChain(DeliveryHooks):
             inner for hook in hooks for inner in (hook.hooks if isinstance(hook, HookChain) else (hook,))
         )
         self.wants_reports = any(hook.wants_reports for hook in self.hooks)
+        #: An observer hook that raises is logged and skipped; the others are still called.
+        self.observers = Observers()
 
         def overriding(name: str) -> tuple[Any, ...]:
             base = getattr(DeliveryHooks, name)
@@ -132,15 +173,24 @@ class HookChain(DeliveryHooks):
 
     def started(self, job: QueuedJob) -> None:
         for started in self._started:
-            started(job)
+            try:
+                started(job)
+            except Exception as exc:
+                self.observers.failed(started, exc)
 
     def ended(self, job: QueuedJob) -> None:
         for ended in self._ended:
-            ended(job)
+            try:
+                ended(job)
+            except Exception as exc:
+                self.observers.failed(ended, exc)
 
     def reported(self, job: QueuedJob, report: JobReport) -> None:
         for reported in self._reported:
-            reported(job, report)
+            try:
+                reported(job, report)
+            except Exception as exc:
+                self.observers.failed(reported, exc)
 
 
 #: Push-side observers (metrics, tracing), set by the app's ready() when enabled; empty by default, so a

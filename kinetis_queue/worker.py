@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Self
 
 from kinetis_queue import crashpoints
 from kinetis_queue.contracts import Queue, RenewableQueue
@@ -54,7 +54,8 @@ DEFAULT_PREFETCH: Final = 32
 
 
 class Worker:
-    """Runs jobs from one queue connection (DESIGN.md §4)."""
+    """Runs jobs from one queue connection (DESIGN.md §4). A context manager: leaving the ``with`` block
+    closes it (close())."""
 
     def __init__(
         self,
@@ -180,7 +181,9 @@ class Worker:
         return reason
 
     def close(self) -> None:
-        """End the heartbeat (and concurrency slot, and hooks') threads; call when the worker is done."""
+        """End every thread the worker started (the hooks' background refresh, the heartbeat, the
+        concurrency slots'); call it when done with the worker, after run() or the last process_next()
+        (or use the worker as a context manager). Calling it again does nothing more."""
         if self._hooks_started:
             self._hooks_started = False
             self.hooks.stop()
@@ -188,6 +191,12 @@ class Worker:
             self._heartbeat.close()
         if self._runner.slots is not None:
             self._runner.slots.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def _install_signal_handlers(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
@@ -218,7 +227,11 @@ class Worker:
 
     def process_next(self, timeout: float, queues: Sequence[str]) -> bool:
         """Handle at most one delivery, in this thread, its settlement made before it returns; True
-        when something was processed (a malformed message counts). Paused queues are left alone."""
+        when something was processed (a malformed message counts). Paused queues are left alone.
+
+        The first call starts the hooks' background refresh (paused queues, cancellations), which runs
+        until close(): use the worker in a ``with`` block, or close() it when done (in a test, before
+        the test's database goes away)."""
         self._start_hooks()
         active = self.hooks.active(validate_queue_list(queues))
         if not active and queues:

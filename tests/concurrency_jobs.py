@@ -27,6 +27,8 @@ ASYNC_RAN: list[tuple[str, str, int]] = []
 RELEASE = threading.Event()
 #: Set once a job that waits for RELEASE started.
 WAITING = threading.Event()
+#: Set by a test to let the jobs that wait for it end (HoldsUntil).
+HOLD = threading.Event()
 _lock = threading.Lock()
 _async_arrived: list[int] = [0]
 
@@ -37,6 +39,7 @@ def reset() -> None:
     ASYNC_RAN.clear()
     RELEASE.clear()
     WAITING.clear()
+    HOLD.clear()
     _async_arrived[0] = 0
 
 
@@ -102,6 +105,29 @@ class WaitsForRelease(Job):
         WAITING.set()
         RELEASE.wait(BOUND)
         STARTED.append(self.label)
+
+
+@dataclass
+class HoldsUntil(Job):
+    """Records its label, then waits for HOLD (bounded): keeps one slot busy."""
+
+    label: str
+
+    def handle(self) -> None:
+        STARTED.append(self.label)
+        HOLD.wait(BOUND)
+
+
+@dataclass
+class RecordsCorrelation(Job):
+    """Records "<label>:<the correlation id in effect>" (kinetis_queue.observability.correlation)."""
+
+    label: str
+
+    def handle(self) -> None:
+        from kinetis_queue.observability import correlation
+
+        STARTED.append(f"{self.label}:{correlation.current()}")
 
 
 @dataclass

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
 from kinetis_queue import connections as queue_connections
+from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.support.backends import Backend
 from tests.support.fixtures import (  # noqa: F401  (pytest finds fixtures in conftest.py)
@@ -158,6 +159,23 @@ def _pgbouncer_running(request: pytest.FixtureRequest) -> None:
 def _db(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
     with django_db_blocker.unblock():
         yield
+
+
+@pytest.fixture(autouse=True)
+def _workers_closed(_db: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every Worker a test makes is closed after it, while the test may still use the database (issue 27
+    item 18): a worker left open would refresh its hooks in the background into the next test."""
+    made: list[Worker] = []
+    init = Worker.__init__
+
+    def recorded(self: Worker, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)  # once built: a refused one has nothing to close
+
+    monkeypatch.setattr(Worker, "__init__", recorded)
+    yield
+    for worker in made:
+        worker.close()
 
 
 @pytest.fixture(autouse=True)

@@ -88,19 +88,17 @@ class TracingHooks(DeliveryHooks):
 
     def __init__(self) -> None:
         self.connection = ""
-        #: The running attempts' spans by id(job): the pool's threads each touch their own key (a dict's
-        #: get, set and pop are atomic).
-        self._spans: dict[int, tuple[Any, Any]] = {}
+        #: The running attempts' (span, context token, context attached) by id(job): the pool's threads each
+        #: touch their own key (a dict's get, set and pop are atomic).
+        self._spans: dict[int, tuple[Any, Any, Any]] = {}
 
     def start(self, queue: Queue) -> None:
         self.connection = queue.connection or ""
 
     def started(self, job: QueuedJob) -> None:
-        carrier = job.metadata.get(TRACE_KEY) if job.metadata else None
-        if not isinstance(carrier, dict):
-            carrier = None
-            if not _recording():
-                return  # no SDK and no trace to pass on: the attempt's span would be a no-op
+        carrier = _carrier(job.metadata.get(TRACE_KEY) if job.metadata else None)
+        if carrier is None and not _recording():
+            return  # no SDK and no trace to pass on: the attempt's span would be a no-op
         parent = propagate.extract(carrier) if carrier is not None else None
         links = []
         if parent is not None:
@@ -122,8 +120,8 @@ class TracingHooks(DeliveryHooks):
                 "kinetis_queue.connection": self.connection,
             },
         )
-        token = context.attach(trace.set_span_in_context(span))
-        self._spans[id(job)] = (span, token)
+        current = trace.set_span_in_context(span)
+        self._spans[id(job)] = (span, context.attach(current), current)
 
     def reported(self, job: QueuedJob, report: JobReport) -> None:
         held = self._spans.get(id(job))
@@ -138,9 +136,18 @@ class TracingHooks(DeliveryHooks):
         held = self._spans.pop(id(job), None)
         if held is None:
             return
-        span, token = held
+        span, token, current = held
         span.end()
-        try:
+        # A timed-out attempt's span ends in the watchdog's thread, whose context is not the one started()
+        # changed: that one ends with the attempt in its own thread (kinetis_queue.delivery).
+        if context.get_current() is current:
             context.detach(token)
-        except Exception:  # noqa: S110 - a timed-out attempt's span ends in the watchdog's thread
-            pass
+
+
+def _carrier(value: object) -> dict[str, str] | None:
+    """The W3C carrier a job's metadata holds, its string entries only (None when there is none): the
+    metadata comes with the job, and a malformed entry must not reach the propagator, which raises on one."""
+    if not isinstance(value, dict):
+        return None
+    carrier = {key: item for key, item in value.items() if isinstance(key, str) and isinstance(item, str)}
+    return carrier or None

@@ -97,7 +97,12 @@ def test_max_jobs_counts_deliveries_across_every_slot(connection: Queue, queue_n
 
 @pytest.mark.parametrize("concurrency", [1, 8])
 def test_sigterm_lets_running_jobs_finish_and_gives_back_the_prefetched(
-    connection: Queue, queue_name: str, outcomes: list, monkeypatch: pytest.MonkeyPatch, concurrency: int
+    connection: Queue,
+    queue_name: str,
+    outcomes: list,
+    monkeypatch: pytest.MonkeyPatch,
+    concurrency: int,
+    backend: Backend,
 ) -> None:
     """The 10th job to start sends SIGTERM. Every job that started is settled; every delivery reserved
     ahead and not started goes back through unreserve() (same attempt number where the backend
@@ -112,6 +117,15 @@ def test_sigterm_lets_running_jobs_finish_and_gives_back_the_prefetched(
         unreserve(job)
 
     connection.unreserve = spy  # type: ignore[method-assign]
+    reserved: list[QueuedJob] = []
+    pop_many = connection.pop_many
+
+    def reserving(timeout: float, queues: Any, limit: int) -> Reserved:
+        found = pop_many(timeout, queues, limit)
+        reserved.extend(found.jobs)
+        return found
+
+    connection.pop_many = reserving  # type: ignore[method-assign]
     ids = {connection.push(cj.StopsAt(10, f"j{index}"), queue=queue_name): f"j{index}" for index in range(40)}
     worker = Worker(connection, concurrency=concurrency)
     try:
@@ -122,8 +136,11 @@ def test_sigterm_lets_running_jobs_finish_and_gives_back_the_prefetched(
     assert len(started) >= 10 and worker.processed == len(started)
     assert names(outcomes) == ["job_succeeded"] * len(started)
     assert not {ids[job.id] for job in given_back} & started
-    if concurrency == 1:
+    # Every delivery reserved and not started was given back.
+    assert {ids[job.id] for job in reserved} - started == {ids[job.id] for job in given_back}
+    if concurrency == 1 and backend.atomic_reserve:
         # Reservations of 1, 2, 4 then 8 (1 + the jobs finished): the 10th job ran with 5 held behind it.
+        # (SQS may answer a receive with fewer messages than it holds, so it may hold fewer.)
         assert len(given_back) == 5
     left = remaining(connection, queue_name)
     assert {ids[job.id] for job in left} == set(ids.values()) - started
