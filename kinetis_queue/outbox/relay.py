@@ -42,6 +42,7 @@ from kinetis_queue.envelope import decode_envelope
 from kinetis_queue.exceptions import MalformedQueuedJobDataError, OutboxRefusedError
 from kinetis_queue.failed import ModelRecorder, exception_class_path, exception_text
 from kinetis_queue.outbox.database import OUTBOX_TABLE, channel
+from kinetis_queue.unique import Until, held_lock
 
 logger = logging.getLogger("kinetis_queue.outbox")
 
@@ -86,6 +87,8 @@ class Relay:
         self._turn = 0
         #: Queues whose send failed, and when step() may try each again (time.monotonic()).
         self._held: dict[str, float] = {}
+        #: The jobs refused for good in the transaction in flight: their unique keys are freed after its commit.
+        self._refused_jobs: list[QueuedJob] = []
 
     @property
     def database(self) -> str:
@@ -195,6 +198,8 @@ class Relay:
                 return 0, 0  # another relay holds this queue's head: it sends them, in order
             sent, kept = self._send_and_delete(cursor, rows)
         crashpoints.reach(AFTER_DELETE)
+        if self._refused_jobs:
+            self._free_keys()
         if kept is not None:
             raise _SendFailed(kept.error, sent)
         return len(rows), sent
@@ -215,6 +220,8 @@ class Relay:
             cursor.execute("COMMIT")
         if rows:
             crashpoints.reach(AFTER_DELETE)
+        if self._refused_jobs:
+            self._free_keys()
         if kept is not None:
             raise _SendFailed(kept.error, sent)
         return len(rows), sent
@@ -239,6 +246,7 @@ class Relay:
                 continue
             prepared.append(PreparedPush(envelope, max(0.0, float(due_at) - now), name))
             sources.append(row_id)
+        self._refused_jobs.clear()  # of a transaction that rolled back: their rows stay, their keys too
         try:
             refusals = self.queue.store_many(prepared)
         except Exception as exc:
@@ -279,6 +287,7 @@ class Relay:
         )
         refused.__cause__ = error
         record_id = RECORDER.record(job, refused, self.connection)
+        self._refused_jobs.append(job)
         self.refused += 1
         logger.error(
             "The store refused outbox job %s of connection %r (queue %r) for good (%s): recorded as failed job %s "
@@ -289,6 +298,32 @@ class Relay:
             reason,
             record_id,
         )
+
+    def _free_keys(self) -> None:
+        """After the commit: free the unique keys of the jobs refused for good, as the worker frees the key of
+        a job that never started. With an outbox, every key of the connection is in the outbox database; a
+        crash before this leaves the key to expire (unique_for)."""
+        jobs, self._refused_jobs = self._refused_jobs, []
+        store = None
+        for job in jobs:
+            held = held_lock(job)
+            if held is None or held.until is Until.EXPIRED:
+                continue
+            store = store or self.queue.database_lock_store(self.database)
+            try:
+                if held.until is Until.STARTED:
+                    store.started(self.queue, job, held)
+                else:
+                    store.settled(self.queue, job, held)
+            except Exception as exc:
+                logger.error(
+                    "The unique key of refused job %s of connection %r could not be freed (%s: %s); it expires by "
+                    "itself",
+                    job.id,
+                    self.connection,
+                    type(exc).__name__,
+                    exception_text(exc),
+                )
 
     # -- waiting ----------------------------------------------------------------------------------
 

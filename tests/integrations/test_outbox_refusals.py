@@ -312,3 +312,20 @@ def test_queue_relay_once_names_the_queues_it_could_not_send(queue_name: str, ca
         redis.Redis.from_url(REDIS_URL).delete(key)
         OutboxRecord.objects.using("postgres").filter(connection="redisoutbox").delete()
         queue.dispose()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("built", SQS_PAIRS, indirect=True)
+def test_a_unique_job_refused_for_good_frees_its_key(
+    built: tuple[Queue, str, Any], queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The job will never run: its key (held in the outbox database) is freed, as for a job acked unstarted."""
+    queue, database, _ = built
+    missing = "p" + queue_name[1:]
+    with transaction.atomic(using=database):
+        first = queue.push(jobs.Unique("u"), queue=missing)
+    assert queue.push(jobs.Unique("u"), queue=missing) == first  # held
+    with caplog.at_level(logging.ERROR, logger="kinetis_queue.outbox"):
+        assert _relay(queue).relay_once() == 0
+    assert [record.job_id for record in _records(queue)] == [first]
+    with transaction.atomic(using=database):
+        assert queue.push(jobs.Unique("u"), queue=missing) != first  # the key is free
