@@ -229,9 +229,10 @@ class Relay:
     def _send_and_delete(self, cursor: Any, rows: Sequence[tuple[Any, ...]]) -> tuple[int, StoreRefusal | None]:
         """Send the rows (the store confirms), then delete them, all in the caller's transaction.
 
-        Returns (rows the store took, the first refusal to send again or None). A row the store refused
-        for good is recorded as a failed job and deleted; a row it did not take otherwise stays. A send
-        that raises stored nothing known: _SendFailed, and the caller's transaction keeps every row.
+        Returns (rows handled: the store took them, or malformed and removed; the first refusal to send
+        again or None). A row the store refused for good is recorded as a failed job and deleted; a row
+        it did not take otherwise stays. A send that raises stored nothing known: _SendFailed, and the
+        caller's transaction keeps every row.
         """
         now = time.time()
         prepared: list[PreparedPush] = []
@@ -266,7 +267,7 @@ class Relay:
         if done:
             marks = ", ".join(["%s"] * len(done))
             cursor.execute(f"DELETE FROM {OUTBOX_TABLE} WHERE id IN ({marks})", done)
-        return len(prepared) - len(refusals), kept
+        return len(rows) - len(refusals), kept  # a malformed row counts as handled, as it always did
 
     def _record_refused(self, item: PreparedPush, error: BaseException) -> None:
         """A row the store refused for good: a failed-job record (as the worker writes one) with the reason."""
