@@ -152,6 +152,22 @@ class PreparedPush:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreRefusal:
+    """A push of ``Queue.store_many()`` that the store did not take (the outbox relay reads these).
+
+    ``final``: the store refused it for good (no such queue, too large, an argument it rejects), so
+    sending it again cannot succeed: the relay records it as a failed job. Otherwise its outcome is
+    a transport error or unknown: the relay keeps it and sends it again.
+    """
+
+    #: Its index in the ``prepared`` sequence given to ``store_many()``.
+    index: int
+    #: Why: the store's error (its message names no argument value).
+    error: BaseException
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Reserved:
     """What one ``pop_many()`` reserved: the deliveries in the order a pop() would have returned
     them, and the malformed messages it removed on the way (each one a delivery the worker counts)."""
@@ -374,12 +390,17 @@ class Queue(ABC):
             return [item.envelope.id for item in prepared]
         return [item.envelope.id if item.unique is None else self.send(item) for item in prepared]
 
-    def store_many(self, prepared: Sequence[PreparedPush]) -> None:
+    def store_many(self, prepared: Sequence[PreparedPush]) -> list[StoreRefusal]:
         """Store prepared pushes in the store itself, now: no outbox, no unique lock (the outbox relay's
         primitive), each delay counted from now (the envelope's pushedAt may be long past). A backend
-        may skip here what it recognises as sent already (Redis)."""
+        may skip here what it recognises as sent already (Redis).
+
+        Returns the pushes that were not stored (StoreRefusal); every other one was. Raising means
+        none is known to be stored: the relay sends them all again. This default stores all or raises.
+        """
         if prepared:
             self._push_many(prepared)
+        return []
 
     def pop(self, timeout: float, queues: Sequence[str]) -> QueuedJob | None:
         """Reserve the next job from ``queues`` (priority = list order), waiting up to ``timeout``."""

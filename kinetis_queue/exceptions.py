@@ -119,6 +119,11 @@ class OutcomeUnknownError(KinetisQueueError):
     """A command was written and no reply arrived; the backend may or may not have applied it."""
 
 
+class OutboxRefusedError(KinetisQueueError):
+    """The store refused a relayed outbox row for good (no such queue, too large, an argument it rejects):
+    the relay recorded the job as failed, with this error, and removed the row (docs/outbox.md)."""
+
+
 class JobTimeoutError(KinetisQueueError):
     """The attempt ran past the worker's ``--timeout``; handled as the job's own failure (retry rules apply)."""
 

@@ -38,6 +38,8 @@ class OutboxFigures:
     oldest_age: float | None
     #: OUTBOX_WARN: the backlog above which queue_status and check W005 warn.
     warn: int
+    #: Rows the store refused for good: removed from the outbox, each now a failed-job record (OutboxRefusedError).
+    refused: int = 0
 
     @property
     def over_threshold(self) -> bool:
@@ -105,11 +107,11 @@ def _outbox(settings: conf.ConnectionSettings) -> OutboxFigures | None:
     """The outbox backlog of a connection that has one (rows in its outbox database)."""
     if settings.outbox is None:
         return None
-    from kinetis_queue.outbox.relay import backlog
+    from kinetis_queue.outbox.relay import backlog, refused_count
 
     waiting, oldest = backlog(settings.name, settings.outbox)
     age = None if oldest is None else max(0.0, time.time() - oldest)
-    return OutboxFigures(settings.outbox.database, waiting, age, settings.outbox.warn)
+    return OutboxFigures(settings.outbox.database, waiting, age, settings.outbox.warn, refused_count(settings.name))
 
 
 def _describe_error(queue: Queue, exc: Exception) -> str:

@@ -34,6 +34,7 @@ from kinetis_queue.contracts import (
     QueuedJob,
     QueueStats,
     Reserved,
+    StoreRefusal,
 )
 from kinetis_queue.envelope import (
     Envelope,
@@ -622,21 +623,7 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         connection is dropped). Any of them raises PublishNotConfirmedError with the counts; the
         others of the batch are queued.
         """
-        try:
-            first, nacked = session.publish_all(
-                [(item.message, item.exchange, item.routing_key) for item in batch], CONFIRM_TIMEOUT
-            )
-        except Exception as exc:
-            self._discard(session)
-            what = f"the publish to queue {batch[0].queue!r}" if len(batch) == 1 else f"{len(batch)} publishes"
-            raise PublishNotConfirmedError(
-                f"RabbitMQ did not confirm {what} ({type(exc).__name__}: {exc}); whether "
-                f"{'the job was' if len(batch) == 1 else 'each job was'} queued is unknown"
-            ) from exc
-        returned_ids = {message_id for _, message_id in session.returned}
-        returned = [item for item in batch if item.message.properties.get("message_id") in returned_ids]
-        for item in returned:
-            session.forget(item.queue)
+        nacked, returned = self._publish_confirmed(session, batch)
         if not nacked and not returned:
             return
         if len(batch) == 1:
@@ -648,12 +635,72 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
                 f"RabbitMQ returned the publish to queue {batch[0].queue!r} as unroutable (reply code "
                 f"{session.returned[0][0]}): the queue or its delay tier was deleted; the job was not queued"
             )
-        failed = {first + index for index, item in enumerate(batch) if item in returned} | set(nacked)
+        failed = nacked | returned
         raise PublishNotConfirmedError(
             f"RabbitMQ did not queue {len(failed)} of {len(batch)} jobs ({len(nacked)} refused with a nack, "
             f"{len(returned)} returned as unroutable: a queue or delay tier was deleted); the other "
             f"{len(batch) - len(failed)} were queued"
         )
+
+    def _publish_confirmed(self, session: Session, batch: Sequence[_Outgoing]) -> tuple[set[int], set[int]]:
+        """Publish the batch and wait for its confirmations: the indexes (nacked, returned as unroutable).
+
+        A failure to publish or a confirmation missing after CONFIRM_TIMEOUT drops the connection and
+        raises PublishNotConfirmedError: whether each job was queued is unknown.
+        """
+        try:
+            first, nacked = session.publish_all(
+                [(item.message, item.exchange, item.routing_key) for item in batch], CONFIRM_TIMEOUT
+            )
+        except Exception as exc:
+            self._discard(session)
+            what = f"the publish to queue {batch[0].queue!r}" if len(batch) == 1 else f"{len(batch)} publishes"
+            raise PublishNotConfirmedError(
+                f"RabbitMQ did not confirm {what} ({type(exc).__name__}: {exc}); whether "
+                f"{'the job was' if len(batch) == 1 else 'each job was'} queued is unknown"
+            ) from exc
+        returned: set[int] = set()
+        if session.returned:
+            returned_ids = {message_id for _, message_id in session.returned}
+            for index, item in enumerate(batch):
+                if item.message.properties.get("message_id") in returned_ids:
+                    returned.add(index)
+                    session.forget(item.queue)  # declared again by the next publish
+        return {seq - first for seq in nacked}, returned
+
+    def store_many(self, prepared: Sequence[PreparedPush]) -> list[StoreRefusal]:
+        """The outbox relay's send: one confirmed batch, as ``_push_many``, each push's outcome its own.
+
+        A nacked or returned (unroutable: its queue or delay tier was deleted under this connection)
+        push is refused for now, the others were queued: the relay deletes those and sends these
+        again (a returned push's queue is declared again first). RabbitMQ refuses nothing here for
+        good: this backend declares every queue it publishes to.
+        """
+        if not prepared:
+            return []
+        with self._using() as session:
+            batch = [self._outgoing(session, item.envelope, item.delay, item.queue) for item in prepared]
+            nacked, returned = self._publish_confirmed(session, batch)
+        refusals = [
+            StoreRefusal(
+                index,
+                PublishNotConfirmedError(f"RabbitMQ refused the publish to queue {batch[index].queue!r} (nack)"),
+                final=False,
+            )
+            for index in sorted(nacked)
+        ]
+        refusals += [
+            StoreRefusal(
+                index,
+                PublishNotConfirmedError(
+                    f"RabbitMQ returned the publish to queue {batch[index].queue!r} as unroutable: the queue or "
+                    "its delay tier was deleted"
+                ),
+                final=False,
+            )
+            for index in sorted(returned - nacked)
+        ]
+        return refusals
 
     def _reject_buffered(self, session: Session, queue: str) -> int:
         """Remove the deliveries our consumer of ``queue`` received and no pop handed out; how many."""

@@ -25,6 +25,7 @@ from kinetis_queue.contracts import (
     QueueStats,
     RenewableQueue,
     Reserved,
+    StoreRefusal,
 )
 from kinetis_queue.envelope import Envelope, decode_envelope
 from kinetis_queue.exceptions import (
@@ -275,14 +276,19 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
             args += (number, ready_at, item.envelope.priority, item.envelope.to_json())
         self._client.script(scripts.PUSH_MANY, keys, args, durable=True)
 
-    def store_many(self, prepared: Sequence[PreparedPush]) -> None:
+    def store_many(self, prepared: Sequence[PreparedPush]) -> list[StoreRefusal]:
         """The outbox relay's send: one relay_push.lua call, which skips an envelope a killed relay had
-        already stored (its marker, kept RELAY_DEDUPE_FOR seconds) instead of storing it twice."""
+        already stored (its marker, kept RELAY_DEDUPE_FOR seconds) instead of storing it twice.
+
+        Redis refuses nothing for good: every error (the connection, memory, a queue key of another
+        type) is raised, and the relay sends the rows again; what the script stored before the error
+        carries its marker, so the resend skips it.
+        """
         if not prepared:
-            return
+            return []
         if self.cluster and any(item.queue != prepared[0].queue for item in prepared):
             _per_queue(self.store_many, _by_queue(prepared, lambda item: item.queue))
-            return
+            return []
         numbers: dict[str, int] = {}
         queue_keys: list[str] = []
         markers: list[str] = []
@@ -301,6 +307,7 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
         self._client.script(
             scripts.RELAY_PUSH, [*queue_keys, *markers], [len(queue_keys), RELAY_DEDUPE_FOR, *args], durable=True
         )
+        return []
 
     def _sweep(self, queues: tuple[str, ...]) -> QueuedJob | None:
         for queue in queues:
@@ -544,7 +551,7 @@ def _by_queue[T](items: Sequence[T], queue_of: Callable[[T], str]) -> list[list[
     return list(groups.values())
 
 
-def _per_queue(store: Callable[[Sequence[PreparedPush]], None], groups: list[list[PreparedPush]]) -> None:
+def _per_queue(store: Callable[[Sequence[PreparedPush]], object], groups: list[list[PreparedPush]]) -> None:
     """``store`` each queue's part of a batch in turn (a cluster); once a part is stored, a later part's
     ConnectionFailedError becomes OutcomeUnknownError: the batch is then stored in part."""
     for number, group in enumerate(groups):

@@ -2,11 +2,12 @@
 --
 -- A relay killed after its send and before deleting the outbox rows leaves them to the next relay,
 -- which sends them again. Each envelope here comes with a marker key, {prefix}kinetis_queue:relayed:
--- {id}:{pushedAt}, set with SET NX and an expiry: an envelope whose marker is already set was stored by
--- an earlier send and is skipped. The marker names the push itself (a snoozed job's replacement has
--- the same id but a new pushedAt), so only a resend is recognised. Otherwise as push_many.lua: an
--- immediate envelope goes to the head of its queue's pending list (one with a priority to its
--- queue's prioritized set, priority.lua), a delayed one to its delayed set.
+-- {id}:{pushedAt}, set with SET NX and an expiry (and deleted again when storing the envelope fails):
+-- an envelope whose marker is already set was stored by an earlier send and is skipped. The marker
+-- names the push itself (a snoozed job's replacement has the same id but a new pushedAt), so only a
+-- resend is recognised. Otherwise as push_many.lua: an immediate envelope goes to the head of its
+-- queue's pending list (one with a priority to its queue's prioritized set, priority.lua), a delayed
+-- one to its delayed set.
 --
 -- KEYS[1] = kinetis_queue:{queue}:pending   of the first queue (queue number 1), KEYS[2] its delayed
 --     set, KEYS[3] its prioritized set, KEYS[4] its sequence key
@@ -18,16 +19,30 @@
 -- Returns how many envelopes were stored (the others had been already)
 
 local queue_keys = tonumber(ARGV[1])
+
+-- Store envelope a (its ARGV index) in its queue.
+local function store(a)
+    local base = 4 * tonumber(ARGV[a])
+    if ARGV[a + 1] == '' then
+        make_ready(KEYS[base - 3], KEYS[base - 1], KEYS[base], ARGV[a + 3], ARGV[a + 2])
+    else
+        redis.call('ZADD', KEYS[base - 2], ARGV[a + 1], ARGV[a + 3])
+    end
+end
+
 local stored = 0
 local i = 0
 for a = 3, #ARGV, 4 do
     i = i + 1
-    if redis.call('SET', KEYS[queue_keys + i], '1', 'NX', 'EX', ARGV[2]) then
-        local base = 4 * tonumber(ARGV[a])
-        if ARGV[a + 1] == '' then
-            make_ready(KEYS[base - 3], KEYS[base - 1], KEYS[base], ARGV[a + 3], ARGV[a + 2])
-        else
-            redis.call('ZADD', KEYS[base - 2], ARGV[a + 1], ARGV[a + 3])
+    local marker = KEYS[queue_keys + i]
+    if redis.call('SET', marker, '1', 'NX', 'EX', ARGV[2]) then
+        -- A store that fails (a queue key of another type) takes its marker back before the error ends
+        -- the script: the relay's resend then stores this envelope and those after it, and skips the
+        -- ones stored before it.
+        local ok, err = pcall(store, a)
+        if not ok then
+            redis.call('DEL', marker)
+            error(err)
         end
         stored = stored + 1
     end

@@ -7,6 +7,7 @@ import math
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Self
 
@@ -34,6 +35,7 @@ from kinetis_queue.contracts import (
     QueueStats,
     RenewableQueue,
     Reserved,
+    StoreRefusal,
 )
 from kinetis_queue.envelope import (
     Envelope,
@@ -72,6 +74,20 @@ MAX_POOL_CONNECTIONS = 64
 BATCH = 10
 #: The error codes GetQueueUrl answers for a queue that does not exist (query and JSON protocols).
 NONEXISTENT_QUEUE_CODES = frozenset(("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"))
+#: The codes SQS answers for an entry (or a call of one entry) that it refuses for good: the message is
+#: invalid, too long for the queue (MaximumMessageSize), or names a parameter the queue does not take.
+DEFINITIVE_ENTRY_CODES = frozenset(
+    (
+        "InvalidParameterValue",
+        "InvalidMessageContents",
+        "MessageTooLong",
+        "BatchRequestTooLong",
+        "InvalidAttributeName",
+        "InvalidAttributeValue",
+        "AWS.SimpleQueueService.UnsupportedOperation",
+        "UnsupportedOperation",
+    )
+)
 #: The codes SQS answers for a receipt handle it no longer honours: not a handle it issued, expired,
 #: or (ChangeMessageVisibility) a message no longer in flight. InvalidParameterValue is also one when
 #: its message names the ReceiptHandle parameter (AWS's answer for an expired handle).
@@ -346,12 +362,79 @@ class SqsQueue(RenewableQueue, DisposableQueue):
             )
             raise error
 
+    def store_many(self, prepared: Sequence[PreparedPush]) -> list[StoreRefusal]:
+        """The outbox relay's send: SendMessageBatch per queue as ``_push_many``, each push's outcome its own.
+
+        Nothing raises once sending began: a call that fails leaves its pushes and every later call's
+        refused for now (a transport error, an unknown outcome, a throttle: sent again), so the
+        batches SQS took are never sent twice. Refused for good (``final``): a queue that does not
+        exist, a message SQS's own limits or the queue's (MaximumMessageSize) refuse, an entry SQS
+        rejects as invalid. A whole call refused for one entry (SQS answers an oversized entry so) is
+        sent again entry by entry, so that only that entry is refused.
+        """
+        refusals: list[StoreRefusal] = []
+        urls: dict[str, str | BaseException] = {}
+        for item in prepared:
+            if item.queue not in urls:
+                try:
+                    urls[item.queue] = self._lookup(item.queue)
+                except ClientError as exc:
+                    if not _codes(exc) & NONEXISTENT_QUEUE_CODES:
+                        raise  # nothing was sent yet: the relay sends them all again
+                    urls[item.queue] = exc
+        messages: dict[int, dict[str, Any]] = {}
+        for index, item in enumerate(prepared):
+            url = urls[item.queue]
+            if isinstance(url, BaseException):
+                refusals.append(StoreRefusal(index, url, final=True))
+                continue
+            try:
+                messages[index] = self._message(item.envelope, item.delay, item.queue)
+            except InvalidQueueArgumentError as exc:
+                refusals.append(StoreRefusal(index, exc, final=True))
+        order = sorted(messages)
+        calls = deque(
+            [order[i] for i in batch]
+            for _, batch in _send_batches([str(urls[prepared[i].queue]) for i in order], [messages[i] for i in order])
+        )
+        while calls:
+            batch = calls.popleft()
+            url = str(urls[prepared[batch[0]].queue])
+            entries = [{"Id": str(index), **messages[index]} for index in batch]
+            where = f"SendMessageBatch of {len(batch)} job(s) to queue {prepared[batch[0]].queue!r}"
+            try:
+                response = self._call_batch(url, entries, where)
+            except ClientError as exc:
+                codes = _codes(exc)
+                if codes & DEFINITIVE_ENTRY_CODES and len(batch) > 1:
+                    calls.extendleft([index] for index in reversed(batch))  # find the entry SQS refuses
+                    continue
+                final = bool(codes & (DEFINITIVE_ENTRY_CODES | NONEXISTENT_QUEUE_CODES))
+                refusals += [StoreRefusal(index, exc, final) for index in batch]
+                continue
+            except (ConnectionFailedError, OutcomeUnknownError) as exc:
+                refusals += [StoreRefusal(index, exc, final=False) for index in batch]
+                refusals += [StoreRefusal(index, exc, final=False) for later in calls for index in later]
+                break
+            for entry in response.get("Failed") or ():
+                error = ClientError(
+                    {"Error": {"Code": entry.get("Code", ""), "Message": entry.get("Message", "")}}, "SendMessageBatch"
+                )
+                final = bool(entry.get("SenderFault", True)) and entry.get("Code") in DEFINITIVE_ENTRY_CODES
+                refusals.append(StoreRefusal(int(entry["Id"]), error, final))
+        return refusals
+
     def _send_batch(self, url: str, entries: list[dict[str, Any]], batch: list[int], stored: int) -> Any:
         """One SendMessageBatch, sent once; a failed call raised as push() raises it, naming its first job."""
         where = (
             f"jobs[{batch[0]}]: SendMessageBatch of {len(batch)} jobs from jobs[{batch[0]}] "
             f"(the {stored} jobs of earlier batches were sent, no later batch was)"
         )
+        return self._call_batch(url, entries, where)
+
+    def _call_batch(self, url: str, entries: list[dict[str, Any]], where: str) -> Any:
+        """SendMessageBatch, sent once: ConnectionFailedError (not stored), OutcomeUnknownError (no reply, or
+        SQS failed: maybe stored), or SQS's refusal of the whole call (ClientError, not stored), ``where`` first."""
         try:
             return self.send_client.send_message_batch(QueueUrl=url, Entries=entries)
         except (EndpointConnectionError, ConnectTimeoutError) as exc:
@@ -830,6 +913,12 @@ def _stale(error: Any) -> bool:
     if code in STALE_RECEIPT_CODES:
         return True
     return code == "InvalidParameterValue" and "parameter ReceiptHandle is invalid" in str(error.get("Message", ""))
+
+
+def _codes(exc: ClientError) -> frozenset[str]:
+    """The error's codes: its Code and, on the JSON protocol, the query protocol's (QueryErrorCode)."""
+    error = exc.response.get("Error", {})
+    return frozenset(str(error[key]) for key in ("Code", "QueryErrorCode") if error.get(key))
 
 
 def _status(exc: ClientError) -> int:

@@ -51,6 +51,16 @@ class Command(QueueCommand):
                 for relay in relays:
                     sent = relay.relay_once()
                     self.stdout.write(f"Relayed {sent} job(s) of connection {relay.connection!r}.")
+                    if relay.refused:
+                        self.stdout.write(
+                            f"{relay.refused} job(s) refused for good by the store: recorded as failed jobs "
+                            "(queue_failed) and removed from the outbox."
+                        )
+                    if relay.failing:
+                        names = ", ".join(repr(name) for name in relay.failing)
+                        self.stderr.write(
+                            f"Not sent (the store failed; the rows stay in the outbox): queue(s) {names}."
+                        )
                 return
             self._run(relays, int(options["verbosity"]))
         finally:

@@ -133,6 +133,11 @@ class Command(QueueCommand):
             if outbox is not None:
                 age = "" if outbox.oldest_age is None else f", the oldest pushed {outbox.oldest_age:.1f}s ago"
                 line = f"Outbox of {connection.connection} (database {outbox.database}): {outbox.waiting} waiting{age}"
+                if outbox.refused:
+                    line += (
+                        f"; {outbox.refused} refused for good by the store, now failed jobs "
+                        f"(queue_failed --connection {connection.connection})"
+                    )
                 if outbox.over_threshold:
                     self.stdout.write(
                         f"{line}: above OUTBOX_WARN ({outbox.warn}); is a relay running?", self.style.WARNING

@@ -1,0 +1,331 @@
+"""Outbox rows the store does not take (docs/outbox.md, "When the store does not take a row"), on Redis, SQS and
+RabbitMQ with a real relay: a queue whose store fails never holds the others; a transport error keeps the row to
+be sent again; a refusal for good (SQS: no such queue, a message over the queue's MaximumMessageSize, an entry
+SQS rejects) becomes a failed-job record and leaves the outbox; the rows a store took beside a refused one are
+deleted, never sent again; queue_status and the dashboard show the refused rows."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import amqp
+import pytest
+import redis
+from django.core.management import call_command
+from django.db import transaction
+from django.db.models import F
+from django.test import override_settings
+from django.urls import reverse
+
+from kinetis_queue import connections
+from kinetis_queue.conf import connection_settings
+from kinetis_queue.contracts import DisposableQueue, Queue
+from kinetis_queue.models import FailedJob, OutboxRecord
+from kinetis_queue.outbox.relay import REFUSED_CLASS
+from tests import jobs
+from tests.integrations.test_outbox import OUTBOXES, _drain, _relay, _rows
+from tests.settings import KINETIS_QUEUE, REDIS_URL
+
+#: Where nothing listens: every store's client fails to connect (a transport error).
+NOWHERE = {"redis": {"URL": "redis://127.0.0.1:1/0"}, "rabbitmq": {"URL": "amqp://guest:guest@127.0.0.1:1//"}}
+NOWHERE["sqs"] = {"ENDPOINT_URL": "http://127.0.0.1:1"}
+SQS_PAIRS = [name for name, _ in OUTBOXES if name.startswith("sqs")]
+RABBIT_PAIRS = [name for name, _ in OUTBOXES if name.startswith("rabbit")]
+DATABASES = dict(OUTBOXES)
+
+
+@pytest.fixture
+def built(request: pytest.FixtureRequest, queue_name: str) -> Iterator[tuple[Queue, str, Any]]:
+    """The connection's queue (outbox attached), its outbox database, and the store's test support (or None)."""
+    name = request.param
+    database = DATABASES[name]
+    backend = connection_settings(name).backend
+    support = None
+    if backend == "sqs":
+        support = request.getfixturevalue("sqs_queues")
+    elif backend == "rabbitmq":
+        support = request.getfixturevalue("rabbitmq_queues")
+    queue = connections.build(name)
+    if support is not None:
+        support.prepare(queue)
+    try:
+        yield queue, database, support
+    finally:
+        OutboxRecord.objects.using(database).filter(connection=name).delete()
+        FailedJob.objects.filter(connection=name, queue__contains=queue_name[1:]).delete()
+        if backend == "redis":
+            queue.clear(queue_name)  # type: ignore[attr-defined]
+            queue.clear(queue_name + "-b")  # type: ignore[attr-defined]
+        if backend != "rabbitmq" and isinstance(queue, DisposableQueue):
+            queue.dispose()
+
+
+def _records(queue: Queue) -> list[FailedJob]:
+    return list(FailedJob.objects.filter(connection=queue.connection).order_by("id"))
+
+
+def _break(queue: Queue, name: str) -> None:
+    """Make the store fail every send to queue ``name`` until _mend(): a Redis key of another type, a RabbitMQ
+    queue declared with another type. (SQS: ``name`` does not exist, which is a refusal for good.)"""
+    if queue.backend_name == "redis":
+        redis.Redis.from_url(REDIS_URL).set(queue.keys(name).pending, "not a list")  # type: ignore[attr-defined]
+    elif queue.backend_name == "rabbitmq":
+        with amqp.Connection("127.0.0.1:5672", userid="guest", password="guest") as conn:
+            conn.channel().queue_declare(name, durable=True, auto_delete=False, arguments={"x-queue-type": "quorum"})
+
+
+def _mend(queue: Queue, name: str) -> None:
+    if queue.backend_name == "redis":
+        redis.Redis.from_url(REDIS_URL).delete(queue.keys(name).pending)  # type: ignore[attr-defined]
+    elif queue.backend_name == "rabbitmq":
+        with amqp.Connection("127.0.0.1:5672", userid="guest", password="guest") as conn:
+            conn.channel().queue_delete(name)
+
+
+@pytest.mark.parametrize("built", [name for name, _ in OUTBOXES], indirect=True)
+def test_a_queue_its_store_fails_never_holds_the_other_queues(
+    built: tuple[Queue, str, Any], queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The failing queue sorts first (SELECT DISTINCT's order here): before the fix the relay stopped there.
+
+    Redis and RabbitMQ: a failure of the store is sent again, its row kept, and once the store takes it the job is
+    delivered (on Redis: the resend is not mistaken for a duplicate). SQS: a queue that does not exist is a
+    refusal for good: a failed-job record with the reason, and the row leaves the outbox.
+    """
+    queue, database, _ = built
+    sqs = queue.backend_name == "sqs"
+    broken = ("p" + queue_name[1:]) if sqs else queue_name  # on SQS: not a test queue, so never created
+    fine = queue_name + "-b"
+    _break(queue, broken)
+    try:
+        with transaction.atomic(using=database):
+            held = queue.push(jobs.Records("held"), queue=broken)
+            sent = queue.push(jobs.Records("sent"), queue=fine)
+        relay = _relay(queue)
+
+        with caplog.at_level(logging.ERROR, logger="kinetis_queue.outbox"):
+            assert relay.relay_once() == 1
+
+        assert [job.id for job in _drain(queue, fine, 1)] == [sent]
+        if sqs:
+            assert _rows(queue, database) == []
+            [record] = _records(queue)
+            assert (record.job_id, record.queue, record.exception_class) == (held, broken, REFUSED_CLASS)
+            assert "does not exist" in record.exception_message and record.attempts == 0
+            assert relay.refused == 1 and relay.failing == []
+            assert f"refused outbox job {held}" in caplog.text
+        else:
+            assert _rows(queue, database) == [held]  # kept, to be sent again
+            assert relay.failing == [broken] and _records(queue) == []
+            assert f"could not send queue {broken!r}" in caplog.text
+            _mend(queue, broken)
+            assert relay.relay_once() == 1
+            assert _rows(queue, database) == []
+            assert [job.id for job in _drain(queue, broken, 1)] == [held]
+    finally:
+        _mend(queue, broken)
+
+
+@pytest.mark.parametrize("built", [name for name, _ in OUTBOXES], indirect=True)
+def test_a_store_that_cannot_be_reached_keeps_every_row_and_the_relay_goes_on(
+    built: tuple[Queue, str, Any], queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A transport error is no refusal: nothing is recorded, every row stays, and the rows go once the store is back."""
+    queue, database, _ = built
+    name = queue.connection
+    assert name is not None
+    entry = {**KINETIS_QUEUE["CONNECTIONS"][name], **NOWHERE[queue.backend_name]}
+    with override_settings(
+        KINETIS_QUEUE={**KINETIS_QUEUE, "CONNECTIONS": {**KINETIS_QUEUE["CONNECTIONS"], name: entry}}
+    ):
+        unreachable = connections.build(name)
+    try:
+        with transaction.atomic(using=database):
+            ids = [
+                queue.push(jobs.Records("a"), queue=queue_name),
+                queue.push(jobs.Records("b"), queue=queue_name + "-b"),
+            ]
+        relay = _relay(unreachable)
+        with caplog.at_level(logging.ERROR, logger="kinetis_queue.outbox"):
+            assert relay.relay_once() == 0  # no exception: each queue failed on its own
+        assert sorted(relay.failing) == [queue_name, queue_name + "-b"]
+        assert sorted(_rows(queue, database)) == sorted(ids) and _records(queue) == []
+        assert caplog.text.count("could not send queue") == 2
+    finally:
+        if isinstance(unreachable, DisposableQueue):
+            unreachable.dispose()
+
+    assert _relay(queue).relay_once() == 2
+    assert [job.id for job in _drain(queue, queue_name, 1) + _drain(queue, queue_name + "-b", 1)] == ids
+
+
+@pytest.mark.parametrize("built", SQS_PAIRS, indirect=True)
+def test_an_sqs_message_over_its_queue_maximum_message_size_becomes_a_failed_job_and_its_batch_is_sent(
+    built: tuple[Queue, str, Any], queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQS refuses the whole SendMessageBatch for one oversized entry: the relay sends that batch entry by entry,
+    records the oversized job, and sends the others once; queue_status counts the refused row."""
+    queue, database, sqs = built
+    small = queue_name + "-small"
+    sqs.urls[small] = sqs.admin.create_queue(QueueName=small, Attributes={"MaximumMessageSize": "1024"})["QueueUrl"]
+    with transaction.atomic(using=database):
+        first = queue.push(jobs.Records("small"), queue=small)
+        big = queue.push(jobs.Records("x" * 2000), queue=small)  # under SQS's 1 MiB: accepted by push()
+        last = queue.push(jobs.Records("small"), queue=small)
+        other = queue.push(jobs.Records("other"), queue=queue_name)
+    relay = _relay(queue)
+
+    with caplog.at_level(logging.ERROR, logger="kinetis_queue.outbox"):
+        assert relay.relay_once() == 3
+        assert relay.relay_once() == 0
+
+    assert _rows(queue, database) == []
+    [record] = _records(queue)
+    assert (record.job_id, record.queue, record.exception_class) == (big, small, REFUSED_CLASS)
+    assert "Message must be shorter than 1024 bytes" in record.exception_message
+    assert "xxxxxxxxxx" not in record.exception_message  # no argument value in the reason
+    assert sorted(job.id for job in _drain(queue, small, 2)) == sorted([first, last])
+    assert [job.id for job in _drain(queue, queue_name, 1)] == [other]
+    assert queue.size(small) == 0
+
+    out = io.StringIO()
+    call_command("queue_status", f"--connection={queue.connection}", f"--queue={small}", "--json", stdout=out)
+    assert json.loads(out.getvalue())["connections"][0]["outbox"]["refused"] == 1
+    table = io.StringIO()
+    call_command("queue_status", f"--connection={queue.connection}", f"--queue={small}", stdout=table)
+    assert "0 waiting; 1 refused for good by the store, now failed jobs" in table.getvalue()
+
+
+@pytest.mark.parametrize("built", SQS_PAIRS, indirect=True)
+def test_a_partial_sqs_batch_deletes_the_accepted_rows_and_sends_them_once(
+    built: tuple[Queue, str, Any], queue_name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQS takes two entries of a SendMessageBatch and fails the third one by one ("Failed": a DelaySeconds
+    above 900, let through by raising this backend's own ceiling): the two rows are deleted, never sent again."""
+    from kinetis_queue.backends.sqs import queue as sqs_queue
+
+    queue, database, _ = built
+    with transaction.atomic(using=database):
+        ids = [queue.push(jobs.Records(f"n{n}"), queue=queue_name) for n in range(3)]
+    OutboxRecord.objects.using(database).filter(job_id=ids[1]).update(due_at=F("due_at") + 5000)
+    monkeypatch.setattr(sqs_queue, "MAX_DELAY", 100_000)
+    relay = _relay(queue)
+
+    with caplog.at_level(logging.ERROR, logger="kinetis_queue.outbox"):
+        assert relay.relay_once() == 2
+        assert relay.relay_once() == 0
+
+    assert _rows(queue, database) == []
+    [record] = _records(queue)
+    assert (record.job_id, record.exception_class) == (ids[1], REFUSED_CLASS)
+    assert "DelaySeconds" in record.exception_message
+    assert sorted(job.id for job in _drain(queue, queue_name, 2)) == sorted([ids[0], ids[2]])
+    assert queue.size(queue_name) == 0  # each sent once
+
+
+@pytest.mark.parametrize("built", RABBIT_PAIRS, indirect=True)
+def test_a_partial_rabbitmq_batch_deletes_the_confirmed_rows_and_sends_the_returned_one_again(
+    built: tuple[Queue, str, Any], queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The queue is deleted under the relay's connection: its immediate push comes back unroutable while the
+    delayed one, routed to the delay ladder, is confirmed. The confirmed row is deleted (sent once); the returned
+    one stays and is sent again, to the queue declared again."""
+    queue, database, rabbit = built
+    sender = connections.build(queue.connection)  # the relay's own connection: it never consumes the queue
+    rabbit.prepare(sender)
+    relay = _relay(sender)
+    with transaction.atomic(using=database):
+        queue.push(jobs.Records("declares the queue and its ladder"), queue=queue_name, delay=1)
+    assert relay.relay_once() == 1
+    assert len(_drain(queue, queue_name, 1)) == 1
+    with amqp.Connection("127.0.0.1:5672", userid="guest", password="guest") as conn:
+        conn.channel().queue_delete(queue_name)  # the relay's connection still has it declared
+
+    with transaction.atomic(using=database):
+        delayed = queue.push(jobs.Records("delayed"), queue=queue_name, delay=3)
+        returned = queue.push(jobs.Records("returned"), queue=queue_name)
+    with caplog.at_level(logging.ERROR, logger="kinetis_queue.outbox"):
+        assert relay.relay_once() == 1
+    assert _rows(queue, database) == [returned] and relay.failing == [queue_name]
+    assert "returned the publish" in caplog.text and _records(queue) == []
+
+    assert relay.relay_once() == 1
+    assert _rows(queue, database) == []
+    assert sorted(job.id for job in _drain(queue, queue_name, 2)) == sorted([delayed, returned])
+    assert queue.pop(1, [queue_name]) is None  # the delayed job once
+
+
+def test_the_dashboard_shows_the_outbox_backlog_and_its_refused_rows(queue_name: str) -> None:
+    from tests.operator.test_admin import STATUS_SETTINGS, client_for
+
+    name = "redisoutbox"
+    settings = {
+        **STATUS_SETTINGS,
+        "CONNECTIONS": {**STATUS_SETTINGS["CONNECTIONS"], name: KINETIS_QUEUE["CONNECTIONS"][name]},
+    }
+    with override_settings(KINETIS_QUEUE=settings):
+        queue = connections.build(name)
+        try:
+            with transaction.atomic(using="postgres"):
+                queue.push(jobs.Records("waits"), queue=queue_name)
+            FailedJob.objects.create(
+                connection=name,
+                queue=queue_name,
+                job_id="refused0job",
+                job_class="tests.jobs.Records",
+                args="{}",
+                attempts=0,
+                exception_class=REFUSED_CLASS,
+                exception_message="the redis store refused the job for good",
+            )
+            url = reverse("admin:kinetis_queue_failedjob_dashboard", args=[name])
+            body = client_for("view_only").get(url, {"live": "1"}).content.decode()
+        finally:
+            OutboxRecord.objects.using("postgres").filter(connection=name).delete()
+            FailedJob.objects.filter(job_id="refused0job").delete()
+            queue.dispose()  # type: ignore[attr-defined]
+    outbox = body[body.index('id="dashboard-outbox"') :]
+    outbox = outbox[: outbox.index("</p>")]
+    assert "1 push(es) waiting to be relayed" in outbox
+    assert "1 refused for good by the store</strong>, now failed jobs" in outbox
+
+
+def test_queue_relay_once_names_the_queues_it_could_not_send(queue_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    queue = connections.build("redisoutbox")
+    key = queue.keys(queue_name).pending  # type: ignore[attr-defined]
+    redis.Redis.from_url(REDIS_URL).set(key, "not a list")
+    try:
+        with transaction.atomic(using="postgres"):
+            queue.push(jobs.Records("held"), queue=queue_name)
+        out, err = io.StringIO(), io.StringIO()
+        with caplog.at_level(logging.ERROR, logger="kinetis_queue.outbox"):
+            call_command("queue_relay", "--connection=redisoutbox", "--once", stdout=out, stderr=err)
+        assert out.getvalue() == "Relayed 0 job(s) of connection 'redisoutbox'.\n"
+        assert err.getvalue() == (
+            f"Not sent (the store failed; the rows stay in the outbox): queue(s) '{queue_name}'.\n"
+        )
+    finally:
+        redis.Redis.from_url(REDIS_URL).delete(key)
+        OutboxRecord.objects.using("postgres").filter(connection="redisoutbox").delete()
+        queue.dispose()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("built", SQS_PAIRS, indirect=True)
+def test_a_unique_job_refused_for_good_frees_its_key(
+    built: tuple[Queue, str, Any], queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The job will never run: its key (held in the outbox database) is freed, as for a job acked unstarted."""
+    queue, database, _ = built
+    missing = "p" + queue_name[1:]
+    with transaction.atomic(using=database):
+        first = queue.push(jobs.Unique("u"), queue=missing)
+    assert queue.push(jobs.Unique("u"), queue=missing) == first  # held
+    with caplog.at_level(logging.ERROR, logger="kinetis_queue.outbox"):
+        assert _relay(queue).relay_once() == 0
+    assert [record.job_id for record in _records(queue)] == [first]
+    with transaction.atomic(using=database):
+        assert queue.push(jobs.Unique("u"), queue=missing) != first  # the key is free
