@@ -181,10 +181,14 @@ def test_a_relay_killed_around_its_delete_loses_nothing(
         f"\n[{queue.connection}@{database} {point}] executions {report['executions']} of {jobs}, lost {report['lost']}"
     )
     assert (report["executed_unique"], report["lost"]) == (jobs, 0)
+    # What the relay sent twice arrives as a first attempt again; a delivery the consumer took again (its
+    # 1 s visibility timeout ran out on a loaded machine: the failures "61 <= 60" and executions 31 after
+    # the delete) is a later attempt, at-least-once's own and not the relay's doing.
+    sent = sum(1 for e in history.read(history_dir) if e["e"] == "exec.start" and e.get("attempt") == 1)
     if point == AFTER_DELETE or queue.backend_name == "redis":
-        assert report["executions"] == jobs
+        assert sent == jobs
     else:
-        assert report["executions"] <= 2 * jobs
+        assert sent <= 2 * jobs
 
 
 @pytest.mark.storm
