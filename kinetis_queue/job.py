@@ -25,7 +25,9 @@ class _SensitiveMarker:
         return "Sensitive"
 
 
-#: Use as ``Annotated[str, Sensitive]`` on an ``__init__`` parameter.
+#: Use as ``Annotated[str, Sensitive]`` on an ``__init__`` parameter: its value is shown as
+#: ``[redacted]``, and scrubbed from a failure's message and traceback (a value of 4 characters or more
+#: is replaced where it occurs; a text in which a shorter one occurs as a word is withheld whole).
 Sensitive: Final = _SensitiveMarker()
 
 
