@@ -27,7 +27,8 @@ class _SensitiveMarker:
 
 #: Use as ``Annotated[str, Sensitive]`` on an ``__init__`` parameter: its value is shown as
 #: ``[redacted]``, and scrubbed from a failure's message and traceback (a value of 4 characters or more
-#: is replaced where it occurs; a text in which a shorter one occurs as a word is withheld whole).
+#: is replaced where it occurs; a text in which a shorter string occurs as a word is withheld whole;
+#: a number under 4 characters is not searched for).
 Sensitive: Final = _SensitiveMarker()
 
 

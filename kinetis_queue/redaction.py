@@ -2,11 +2,12 @@
 
 A job argument annotated ``Annotated[..., Sensitive]`` (kinetis_queue.job), and any argument whose
 class or annotation cannot be told, is shown as ``[redacted]``; its value, found anywhere in an
-exception's text, is replaced by ``[redacted]`` too. A value shorter than MIN_SCRUBBED_LENGTH is not
-replaced where it occurs (every "1" or "ab" of a traceback would go): a text in which it occurs as a
-word of its own is withheld whole (WITHHELD). The django.tasks backend (``RunTask``) and the
-queued receivers declare their whole payload Sensitive, so these rules hide it everywhere. Every
-place that shows a job's arguments or an exception's text about a job calls this module.
+exception's text, is replaced by ``[redacted]`` too. A string shorter than MIN_SCRUBBED_LENGTH is not
+replaced where it occurs (every "ab" of a traceback would go): a text in which it occurs as a word of
+its own is withheld whole (WITHHELD). A number that short is not searched for at all. The
+django.tasks backend (``RunTask``) and the queued receivers declare their whole payload Sensitive,
+so these rules hide it everywhere. Every place that shows a job's arguments or an exception's text
+about a job calls this module.
 """
 
 from __future__ import annotations
@@ -74,7 +75,9 @@ def for_observers(job: QueuedJob) -> QueuedJob:
 
 
 def sensitive_values(job_class: str, args: dict[str, Any]) -> list[str]:
-    """The text forms of every value the redaction hides (none empty), longest first (for ``scrub``)."""
+    """The text forms of the values the redaction hides, longest first (for ``scrub``): every non-empty
+    string, and each number whose text has MIN_SCRUBBED_LENGTH characters or more (a payload's
+    ``"version": 1`` would otherwise withhold every text with a "1" in it)."""
     shown = display_args(job_class, args)
     typed = _typed_parameters(job_class)
     found: set[str] = set()
@@ -114,7 +117,9 @@ def _collect(value: Any, found: set[str]) -> None:
         elif isinstance(item, str):
             found.add(item)
         elif isinstance(item, (int, float)) and not isinstance(item, bool):
-            found.add(str(item))
+            text = str(item)
+            if len(text) >= MIN_SCRUBBED_LENGTH:  # "1" or "42": too common to withhold a text for, too few to hide
+                found.add(text)
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:

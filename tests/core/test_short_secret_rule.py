@@ -27,6 +27,15 @@ def test_a_short_value_withholds_a_text_it_occurs_in_as_a_word(text: str, secret
     assert scrub(text, secrets) == expected
 
 
-def test_every_non_empty_sensitive_value_is_a_secret_whatever_its_length() -> None:
+def test_every_non_empty_sensitive_string_is_a_secret_whatever_its_length() -> None:
     values = sensitive_values("tests.operator_jobs.TakesSecret", {"label": "x", "token": "k3y", "credentials": ""})
     assert values == ["k3y"]  # the shown label is not one; an empty value hides nothing
+
+
+def test_a_sensitive_number_is_a_secret_from_four_characters() -> None:
+    """A payload's structure ("version": 1 in a queued email) would otherwise withhold every text with a 1."""
+    credentials = {"version": 1, "pin": 7, "account": 123456, "rate": 0.25}
+    values = sensitive_values(
+        "tests.operator_jobs.TakesSecret", {"label": "x", "token": "t", "credentials": credentials}
+    )
+    assert values == ["123456", "0.25", "t"]
