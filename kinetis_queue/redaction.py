@@ -150,7 +150,7 @@ def _as_word(secret: str) -> re.Pattern[str]:
 
 def scrub_for(job_class: str, args: dict[str, Any], text: str) -> str:
     """``text`` (an exception's message about a job stored as ``job_class`` with ``args``) with every
-    Sensitive value of those arguments replaced by ``[redacted]``."""
+    Sensitive value of those arguments replaced by ``[redacted]``, or WITHHELD (``scrub``)."""
     return scrub(text, sensitive_values(job_class, args))
 
 
