@@ -16,6 +16,9 @@ Errors:
   email; registered by kinetis_queue/contrib/mail/checks.py).
 - kinetis_queue.E007: a Job subclass of a discovery module has unique_* attributes a push would refuse
   (kinetis_queue.unique): unique_for out of range, an unknown scope, debounce without "started".
+- kinetis_queue.E010: a Job subclass of a discovery module has an ``__init__`` no push can store
+  (kinetis_queue.serializer): ``*args``/``**kwargs``, or a parameter annotated with the generic
+  ``models.Model`` (a payload could then load any model's row).
 
 Database checks (``check --database ALIAS``, and ``migrate``, which runs them first):
 - kinetis_queue.W004: the kinetis_queue tables are missing in that database: run ``manage.py migrate``.
@@ -134,8 +137,9 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
 
 @register()
 def check_discovery(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E004-E005: every discovery module imports, and the job classes it defines can run on a worker."""
+    """E004, E005, E007, E010: every discovery module imports, and its job classes can be pushed and run."""
     from kinetis_queue.job import Job, job_class_path
+    from kinetis_queue.serializer import contract_problem
 
     errors: list[CheckMessage] = [
         Error(
@@ -148,7 +152,10 @@ def check_discovery(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
         for failure in registry.discover()
     ]
     modules = registry.discovered()
-    classes = [cls for cls in list(Job._registry.values()) if cls.__module__ in modules]
+    # Module-level classes: one defined inside a function exists only once the function has run.
+    classes = [
+        cls for cls in list(Job._registry.values()) if cls.__module__ in modules and "<locals>" not in cls.__qualname__
+    ]
     for cls in classes:
         if cls.handle is Job.handle and (
             inspect.isabstract(cls)
@@ -162,6 +169,10 @@ def check_discovery(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
         problem = unique.class_problem(cls)
         if problem is not None:
             errors.append(Error(problem, obj=job_class_path(cls), id="kinetis_queue.E007"))
+    for cls in classes:
+        problem = contract_problem(cls)
+        if problem is not None:
+            errors.append(Error(problem, obj=job_class_path(cls), id="kinetis_queue.E010"))
     return errors
 
 

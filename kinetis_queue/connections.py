@@ -124,6 +124,9 @@ def _reset_on_setting_change(*, setting: str, **kwargs: Any) -> None:
     if setting in ("KINETIS_QUEUE", "DATABASES"):
         queues.dispose_all()
     if setting == "KINETIS_QUEUE":
+        from kinetis_queue import registry
         from kinetis_queue.observability import setup
+
+        registry.forget_runnable()  # IMPORTS decides which classes a push accepts
 
         setup.configure()

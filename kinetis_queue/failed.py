@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import traceback as traceback_module
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -132,12 +132,31 @@ def record_args(record: FailedJob) -> dict[str, Any]:
     return decode_args(loads(record.args))
 
 
+def record_metadata(record: FailedJob) -> dict[str, Any]:
+    """The record's stored metadata, decoded strictly; empty when it does not decode (a tampered record)."""
+    try:
+        return decode_metadata(loads(record.metadata))
+    except MalformedQueuedJobDataError:
+        return {}
+
+
 def record_priority(record: FailedJob) -> int:
     """The priority the record's job was pushed with (kinetis_queue.priority); 0 when none or tampered."""
-    try:
-        return priority_of(decode_metadata(loads(record.metadata)))
-    except MalformedQueuedJobDataError:
-        return DEFAULT_PRIORITY
+    return priority_of(record_metadata(record))
+
+
+def kept_options(record: FailedJob) -> dict[str, Any]:
+    """The per-job options the record's job carried in its metadata (a ``@task``'s retry rule and time
+    limit), for its retry; each is validated where the worker reads it, like any pushed job's.
+
+    Queue, max_attempts and priority are push arguments of their own; a unique key is not taken again
+    (the retry is the operator's). Imported here: kinetis_queue.settlement imports this module.
+    """
+    from kinetis_queue.job_timeout import TIMEOUT_KEY
+    from kinetis_queue.settlement import RETRY_KEY
+
+    metadata = record_metadata(record)
+    return {key: metadata[key] for key in (RETRY_KEY, TIMEOUT_KEY) if key in metadata}
 
 
 def shown_class(record: FailedJob) -> str:
@@ -215,7 +234,9 @@ class RetryOutcome:
 def retry(failed_job_id: int) -> RetryOutcome:
     """Push the record's job again to its connection and queue, attempts reset; then remove the record.
 
-    The job keeps its priority where the connection orders by priority (docs/priority.md), else runs at 0.
+    The job keeps every option it was pushed with: its queue and max_attempts, its priority where the
+    connection orders by priority (docs/priority.md, else 0), and a ``@task``'s retry rule and time limit
+    (kept_options). A unique job's key is not taken again.
 
     The stored class and arguments are first rebuilt and re-serialized under the argument contract,
     so a tampered record pushes nothing. The record is removed only after the push returned; a push
@@ -239,7 +260,12 @@ def retry(failed_job_id: int) -> RetryOutcome:
             queues = connections.queues
             target = queues.default() if record.connection is None else queues[record.connection]
             priority = record_priority(record) if target.supports_priority else DEFAULT_PRIORITY
-            job_id = target.push(job, queue=queue_name, max_attempts=max_attempts, priority=priority)
+            prepared = target.prepare(job, queue=queue_name, max_attempts=max_attempts, priority=priority)
+            kept = kept_options(record)
+            if kept:
+                envelope = replace(prepared.envelope, metadata={**prepared.envelope.metadata, **kept})
+                prepared = replace(prepared, envelope=envelope)
+            job_id = target.send(prepared)
             record.delete()
     except Exception as exc:
         return RetryOutcome(failed_job_id, error=f"{type(exc).__name__}: {exc}")

@@ -25,7 +25,10 @@ class _SensitiveMarker:
         return "Sensitive"
 
 
-#: Use as ``Annotated[str, Sensitive]`` on an ``__init__`` parameter.
+#: Use as ``Annotated[str, Sensitive]`` on an ``__init__`` parameter: its value is shown as
+#: ``[redacted]``, and scrubbed from a failure's message and traceback (a value of 4 characters or more
+#: is replaced where it occurs; a text in which a shorter string occurs as a word is withheld whole;
+#: a number under 4 characters is not searched for).
 Sensitive: Final = _SensitiveMarker()
 
 

@@ -1,11 +1,14 @@
 """Model instances as job arguments: stored as a reference (model label, primary key, database alias)
 and fetched again on the worker, as Laravel's SerializesModels does (docs/job-arguments.md).
 
-A parameter annotated with a model class (``user: User``, ``User | None``, or ``models.Model`` for any
-model) takes a saved instance of that class or a subclass. The worker looks the label up among the
-installed models only (nothing is imported), fetches the row from the alias the instance was saved to
-or loaded from with the model's base manager, and fails the job at once, naming the model and key,
-when the row is gone. QuerySets are refused at push. Installed by ``KinetisQueueConfig.ready()``.
+A parameter annotated with a model class (``user: User``, ``User | None``, or an abstract base class
+of the models it accepts) takes a saved instance of that class or a subclass. The generic
+``models.Model`` is refused (``Unusable``: at push, by the worker and by ``manage.py check``): a payload
+could otherwise name any installed model's row. The worker looks the label up among the installed
+models only (nothing is imported), accepts it only if it is the annotated model or a subclass, fetches
+the row from the alias the instance was saved to or loaded from with the model's base manager, and
+fails the job at once, naming the model and key, when the row is gone. QuerySets are refused at push.
+Installed by ``KinetisQueueConfig.ready()``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.db import connections, models
 
 from kinetis_queue import values
-from kinetis_queue.values import Malformed, Missing, Rejected
+from kinetis_queue.values import Malformed, Missing, Rejected, Unusable
 
 #: The keys of a stored model reference, exactly.
 REFERENCE_KEYS: Final = frozenset(("model", "pk", "db"))
@@ -31,8 +34,14 @@ class ModelCodec:
     __slots__ = ("model", "name")
 
     def __init__(self, model: type[models.Model]) -> None:
+        if model is models.Model:
+            raise Unusable(
+                "is annotated with the generic models.Model, which would let a stored payload load a row of any "
+                "installed model (auth.User's password hashes included): annotate the model class the job takes, "
+                "or the base class of the models it accepts"
+            )
         self.model = model
-        self.name = "a model" if model is models.Model else model._meta.label
+        self.name = model._meta.label
 
     def encode(self, value: Any) -> Any:
         if not isinstance(value, self.model) or isinstance(value, type):

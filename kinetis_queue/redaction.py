@@ -2,13 +2,17 @@
 
 A job argument annotated ``Annotated[..., Sensitive]`` (kinetis_queue.job), and any argument whose
 class or annotation cannot be told, is shown as ``[redacted]``; its value, found anywhere in an
-exception's text, is replaced by ``[redacted]`` too. The django.tasks backend (``RunTask``) and the
-queued receivers declare their whole payload Sensitive, so these rules hide it everywhere. Every
-place that shows a job's arguments or an exception's text about a job calls this module.
+exception's text, is replaced by ``[redacted]`` too. A string shorter than MIN_SCRUBBED_LENGTH is not
+replaced where it occurs (every "ab" of a traceback would go): a text in which it occurs as a word of
+its own is withheld whole (WITHHELD). A number that short is not searched for at all. The
+django.tasks backend (``RunTask``) and the queued receivers declare their whole payload Sensitive,
+so these rules hide it everywhere. Every place that shows a job's arguments or an exception's text
+about a job calls this module.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
@@ -23,9 +27,15 @@ if TYPE_CHECKING:
 
 #: What a Sensitive argument (or any argument that cannot be classified) is shown as.
 REDACTED: Final = "[redacted]"
-#: A Sensitive value shorter than this is not searched for in exception text: replacing every
-#: "1" or "ab" would mangle the traceback without protecting anything worth the name.
+#: A Sensitive value shorter than this is not replaced where it occurs in exception text (every "1"
+#: or "ab" of a traceback would go): a text that contains one is withheld whole instead (WITHHELD).
 MIN_SCRUBBED_LENGTH: Final = 4
+#: What an exception's message or traceback becomes when a Sensitive value too short to be replaced
+#: occurs in it as a word of its own (the exception's class is still recorded and logged).
+WITHHELD: Final = (
+    f"[withheld: the text contains a Sensitive argument's value shorter than {MIN_SCRUBBED_LENGTH} characters, "
+    "which cannot be redacted where it occurs]"
+)
 
 
 def redacted_args(job_class: type[Job] | None, args: dict[str, Any]) -> dict[str, Any]:
@@ -65,14 +75,16 @@ def for_observers(job: QueuedJob) -> QueuedJob:
 
 
 def sensitive_values(job_class: str, args: dict[str, Any]) -> list[str]:
-    """The text forms of every value the redaction hides, longest first (for ``scrub``)."""
+    """The text forms of the values the redaction hides, longest first (for ``scrub``): every non-empty
+    string, and each number whose text has MIN_SCRUBBED_LENGTH characters or more (a payload's
+    ``"version": 1`` would otherwise withhold every text with a "1" in it)."""
     shown = display_args(job_class, args)
     typed = _typed_parameters(job_class)
     found: set[str] = set()
     for key, value in args.items():
         if shown.get(key) == REDACTED and value != REDACTED:
             _collect(_secret_part(value) if key in typed else value, found)
-    return sorted((s for s in found if len(s) >= MIN_SCRUBBED_LENGTH), key=len, reverse=True)
+    return sorted((s for s in found if s), key=len, reverse=True)
 
 
 def _typed_parameters(job_class: str) -> frozenset[str]:
@@ -105,20 +117,40 @@ def _collect(value: Any, found: set[str]) -> None:
         elif isinstance(item, str):
             found.add(item)
         elif isinstance(item, (int, float)) and not isinstance(item, bool):
-            found.add(str(item))
+            text = str(item)
+            if len(text) >= MIN_SCRUBBED_LENGTH:  # "1" or "42": too common to withhold a text for, too few to hide
+                found.add(text)
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every occurrence of each secret replaced by ``[redacted]``."""
+    """``text`` with every occurrence of each secret replaced by ``[redacted]``; WITHHELD instead when a
+    secret shorter than MIN_SCRUBBED_LENGTH occurs in what remains as a word of its own.
+
+    A word of its own: not inside a longer run of letters and digits, so "k3y" is found in
+    ``token=k3y`` or ``'k3y'`` but "1" is not in ``line 12``. ``secrets`` longest first
+    (``sensitive_values``), so a longer value is replaced before a shorter one inside it could be.
+    """
+    short: list[str] = []
     for secret in secrets:
-        if secret in text:
+        if len(secret) < MIN_SCRUBBED_LENGTH:
+            short.append(secret)
+        elif secret in text:
             text = text.replace(secret, REDACTED)
+    if short:
+        rest = text.replace(REDACTED, " ")
+        if any(_as_word(secret).search(rest) for secret in short if secret in rest):
+            return WITHHELD
     return text
+
+
+def _as_word(secret: str) -> re.Pattern[str]:
+    """``secret`` where it is not preceded or followed by a letter or digit."""
+    return re.compile(rf"(?<![^\W_]){re.escape(secret)}(?![^\W_])")
 
 
 def scrub_for(job_class: str, args: dict[str, Any], text: str) -> str:
     """``text`` (an exception's message about a job stored as ``job_class`` with ``args``) with every
-    Sensitive value of those arguments replaced by ``[redacted]``."""
+    Sensitive value of those arguments replaced by ``[redacted]``, or WITHHELD (``scrub``)."""
     return scrub(text, sensitive_values(job_class, args))
 
 

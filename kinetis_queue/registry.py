@@ -216,12 +216,19 @@ def ensure_runnable(cls: type[Job]) -> None:
         raise UnrunnableJobError(problem)
 
 
-def runnable_problem(cls: type[Job]) -> str | None:
+def forget_runnable() -> None:
+    """Drop the per-class verdicts: a changed KINETIS_QUEUE["IMPORTS"] changes what a worker imports."""
+    _runnable.clear()
+
+
+def runnable_problem(cls: type[Job], *, discovery: bool = True) -> str | None:
     """Why a worker could not run a job of ``cls`` (never a value), or None.
 
-    A worker finds the class by its dotted path, so the class must live at module level in a module
-    that can be imported by name (not ``__main__`` or the shell); it must define ``handle()``, and
-    each ``handle()`` parameter must be one the worker can pass (annotated JobContext).
+    A worker finds the class by its dotted path among what it imported at start-up, so the class
+    must live at module level in a discovery module (``discoverable``: an installed app's jobs or
+    tasks module, or one listed in IMPORTS; not ``__main__`` or the shell); it must define
+    ``handle()``, and each ``handle()`` parameter must be one the worker can pass (annotated JobContext).
+    ``discovery=False`` leaves the discovery module out (a caller that says it in its own words).
     """
     path = job_class_path(cls)
     if cls.__module__ == "__main__":
@@ -242,6 +249,12 @@ def runnable_problem(cls: type[Job]) -> str | None:
         _handle_plan(cls)
     except UnresolvableJobParameterError as exc:
         return str(exc)
+    if discovery and not discoverable(cls.__module__) and not cls.__module__.startswith(_OWN_APP + "."):
+        return (
+            f"{path}: its module {cls.__module__!r} is not one a worker imports at start-up, so no worker "
+            "could find the class; define it in an installed app's jobs or tasks module, or list its "
+            "module in KINETIS_QUEUE['IMPORTS']"
+        )
     return None
 
 

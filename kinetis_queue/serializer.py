@@ -93,7 +93,7 @@ class _Plan:
 
     params: tuple[_Param, ...]
     by_name: dict[str, _Param]
-    #: Why the class can never meet the contract (``*args``/``**kwargs``), or None.
+    #: Why the class can never meet the contract (``*args``/``**kwargs``, a generic ``models.Model``), or None.
     problem: str | None
 
 
@@ -145,7 +145,10 @@ def _build_plan(cls: type) -> _Plan:
             star = "*" if parameter.kind is inspect.Parameter.VAR_POSITIONAL else "**"
             problem = problem or f"__init__ takes {star}{parameter.name}, which cannot be stored"
             continue
-        params.append(_describe_param(parameter, hints, unresolved))
+        try:
+            params.append(_describe_param(parameter, hints, unresolved))
+        except values.Unusable as unusable:
+            problem = problem or f"__init__ parameter {parameter.name} {unusable.reason}"
     return _Plan(params=tuple(params), by_name={p.name: p for p in params}, problem=problem)
 
 
@@ -176,7 +179,8 @@ def _resolve_hints(init: Any) -> tuple[dict[str, Any], set[str]]:
 
 
 def _describe_param(parameter: inspect.Parameter, hints: dict[str, Any], unresolved: set[str]) -> _Param:
-    """Classify one parameter: Sensitive or not, and whether its annotation restores an Enum or datetime."""
+    """Classify one parameter: Sensitive or not, and whether its annotation restores an Enum or datetime;
+    raises values.Unusable for an annotation no push may store."""
     sensitive = parameter.name in unresolved  # cannot tell, so never reveal
     restore = _Restore.AS_STORED
     target: type | None = None
@@ -575,3 +579,13 @@ def shown_parameters(job_class: type[Job]) -> frozenset[str]:
 def typed_parameters(job_class: type[Job]) -> frozenset[str]:
     """The names of ``job_class``'s parameters stored by a codec (a typed value or a model reference)."""
     return frozenset(param.name for param in _plan_for(job_class).params if param.codec is not None)
+
+
+def contract_problem(job_class: type[Job]) -> str | None:
+    """Why no job of ``job_class`` can be pushed (``*args``, a generic ``models.Model``), or None; for
+    ``manage.py check`` (kinetis_queue.E010), which says it before the first push does."""
+    try:
+        plan = _plan_for(job_class)
+    except Exception as exc:
+        return f"{job_class_path(job_class)}: __init__ cannot be inspected ({type(exc).__name__})"
+    return None if plan.problem is None else f"{job_class_path(job_class)}: {plan.problem}"

@@ -73,6 +73,14 @@ class Rejected(Exception):
         self.reason = reason
 
 
+class Unusable(Exception):
+    """Internal: an annotation no codec may store (the generic ``models.Model``); ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class Malformed(Exception):
     """Internal: a stored value does not decode; ``reason`` never holds the value."""
 
@@ -222,7 +230,8 @@ def explain(value: Any) -> str | None:
 
 
 def codec_for(hint: Any) -> Codec | None:
-    """The codec of parameters annotated exactly ``hint``, or None (the argument is plain JSON)."""
+    """The codec of parameters annotated exactly ``hint``, or None (the argument is plain JSON); raises
+    Unusable for an annotation a codec claims but refuses (the job class can then never be pushed)."""
     if not isinstance(hint, type):
         return None
     writer = _writers.get(hint)

@@ -181,6 +181,19 @@ KINETIS_QUEUE = {
         "tests.hostile_jobs",
         "tests.operator_jobs",
         "tests.operator_receivers",
+        # Test modules whose Job classes the tests push: push() accepts only classes a worker imports at
+        # start-up. Classes push must refuse live in tests.unpushable_jobs, which is not listed here.
+        "tests.concurrency_jobs",
+        "tests.conformance.test_job_values",
+        "tests.conformance.test_push",
+        "tests.conformance.test_resolution",
+        "tests.core.test_dispatcher_edges",
+        "tests.core.test_job_edges",
+        "tests.core.test_job_timeout_edges",
+        "tests.core.test_worker_edges",
+        "tests.core.test_worker_parts",
+        "tests.faults.test_fuzz",
+        "tests.operator.test_worker_command_lines",
         *(["tests.task_defs"] if any(find_spec(name) for name in ("django.tasks", "django_tasks")) else []),
         # @task(**options) needs Django 6.1's task_class forwarding (tests/task_option_defs.py).
         *(["tests.task_option_defs"] if find_spec("django.tasks") else []),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.db import models
+
 from kinetis_queue import Job, JobContext
 
 
@@ -54,6 +56,26 @@ class ScopeWithoutLifetime(Job):
 class UniqueAndFine(Job):
     unique_for = 60
     unique_until = "expired"
+
+    def handle(self) -> None:
+        pass
+
+
+class AnyModelArgument(Job):
+    """E010: a parameter annotated with the generic models.Model (a payload could load any model's row)."""
+
+    def __init__(self, instance: models.Model) -> None:
+        self.instance = instance
+
+    def handle(self) -> None:
+        pass
+
+
+class StarArguments(Job):
+    """E010: *args cannot be stored."""
+
+    def __init__(self, *items: int) -> None:
+        self.items = items
 
     def handle(self) -> None:
         pass

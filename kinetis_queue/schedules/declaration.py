@@ -193,7 +193,7 @@ def _entry(name: str, entry: Any, source: str, connections: Mapping[str, Any], d
     else:
         raise fail("JOB", "must be the dotted path of a Job class")
     path = job_class_path(job_class)
-    problem = registry.runnable_problem(job_class)
+    problem = registry.runnable_problem(job_class, discovery=False)  # said next, in the schedule's words
     if problem is not None:
         raise fail("JOB", f"cannot be run by a worker: {problem}")
     if not registry.discoverable(job_class.__module__):

@@ -19,6 +19,7 @@ from kinetis_queue.serializer import deserialize_job
 from tests import jobs
 from tests.jobs import Color, Records
 from tests.support.backends import Backend
+from tests.unpushable_jobs import LongNamedJob
 
 JOB_ID = re.compile(r"[0-9a-f]{32}")
 
@@ -324,9 +325,6 @@ def test_delayed_job_does_not_hold_back_a_due_one(connection: Queue, queue_name:
     connection.ack(delivered)
     # SQS FIFO: the pop met the delayed message and hid it for the rest of its delay (out of size()).
     assert connection.size(queue_name) == (1 if backend.counts_delayed_push else 0)
-
-
-LongNamedJob = type("LongNamed" + "x" * 250, (Job,), {"handle": lambda self: None, "__module__": __name__})
 
 
 @pytest.mark.trait("stores_jobs")

@@ -22,6 +22,7 @@ from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.conformance.test_worker import _rewrite_stored_job
 from tests.support.backends import Backend
+from tests.unpushable_jobs import CountingHandle, NoHandle, Undiscovered
 
 EFFECTS = "tests.import_effects"
 NEVER_IMPORTED = f"its module {EFFECTS!r} was never imported in this process"
@@ -138,19 +139,6 @@ def test_a_class_whose_module_failed_at_discovery_names_that_modules_error() -> 
 # -- push() rejects what no worker can run (issue 12 item 10) --------------------------------------------------------
 
 
-class NoHandle(Job):
-    def __init__(self, token: str = "") -> None:
-        self.token = token
-
-
-class CountingHandle(Job):
-    def __init__(self, token: str = "") -> None:
-        self.token = token
-
-    def handle(self, count: int) -> None:  # type: ignore[override]
-        jobs.CALLS.append(("CountingHandle",))
-
-
 class MainModule(Job):
     def __init__(self, token: str = "") -> None:
         self.token = token
@@ -194,8 +182,9 @@ def _shell_class() -> type[Job]:
         (lambda: MainModule, "defined in __main__"),
         (_local_class, "defined inside a function"),
         (_shell_class, "not found under that name in an importable module"),
+        (lambda: Undiscovered, "its module 'tests.unpushable_jobs' is not one a worker imports at start-up"),
     ],
-    ids=["no-handle", "uncallable-handle", "main-module", "local-class", "shell-class"],
+    ids=["no-handle", "uncallable-handle", "main-module", "local-class", "shell-class", "undiscovered-module"],
 )
 def test_push_rejects_a_job_no_worker_can_run_and_stores_nothing(
     connection: Queue, backend: Backend, queue_name: str, make: Any, reason: str
@@ -234,3 +223,27 @@ def test_the_runnable_check_runs_once_per_class(monkeypatch: pytest.MonkeyPatch)
     queue.push(CountedPush())
     assert calls == [CountedPush]
     assert jobs.CALLS == [("CountedPush",), ("CountedPush",)]
+
+
+def test_a_job_class_is_accepted_once_its_module_is_listed_in_imports(
+    connection: Queue, backend: Backend, queue_name: str
+) -> None:
+    """Issue 27 item 13: the rule is the worker's (a discovery module); listing the module lifts the refusal,
+    and a worker with those settings then runs the job."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    with pytest.raises(UnrunnableJobError):
+        connection.push(Undiscovered(), queue=queue_name)
+    imports = [*settings.KINETIS_QUEUE["IMPORTS"], "tests.unpushable_jobs"]
+    with override_settings(KINETIS_QUEUE={**settings.KINETIS_QUEUE, "IMPORTS": imports}):
+        job_id = connection.push(Undiscovered(), queue=queue_name)
+        if backend.stores_jobs:
+            worker = Worker(connection)
+            try:
+                assert worker.process_next(5, [queue_name]) is True
+            finally:
+                worker.close()
+    assert job_id and jobs.CALLS == [("Undiscovered",)]
+    with pytest.raises(UnrunnableJobError):  # the settings restored, the verdict is the old one again
+        connection.push(Undiscovered(), queue=queue_name)

@@ -15,6 +15,7 @@ from kinetis_queue.failed import prune
 from kinetis_queue.serializer import MAX_INT_DIGITS
 from kinetis_queue.worker import JobReport, Worker
 from tests import jobs
+from tests.unpushable_jobs import NamesAMissingType
 
 type Count = int
 type When = datetime
@@ -36,13 +37,6 @@ class TakesAnything(Job):
 
     def handle(self, *args: Any, **kwargs: Any) -> None:
         jobs.CALLS.append(("TakesAnything", args, kwargs))
-
-
-class NamesAMissingType(Job):
-    """A handle() hint that names nothing importable: the job cannot run, and says why."""
-
-    def handle(self, context: NoSuchType) -> None:  # type: ignore[name-defined]  # noqa: F821
-        jobs.CALLS.append(("NamesAMissingType",))
 
 
 class NameThatRaises(Job):

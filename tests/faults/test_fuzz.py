@@ -41,6 +41,7 @@ from kinetis_queue.serializer import MAX_DEPTH, MAX_INT_DIGITS, deserialize_job,
 from tests.core.test_serializer import SECRET, MyDatetime, Opaque, assert_same, located, nested
 from tests.faults import checker, stores
 from tests.support.backends import Backend
+from tests.unpushable_jobs import Forgetful, StarArgs
 
 pytestmark = pytest.mark.fault
 
@@ -85,16 +86,6 @@ class Guarded(Job):
 
     def handle(self) -> None:
         RAN.append(self)
-
-
-class StarArgs(Job):
-    def __init__(self, *items: Any) -> None:
-        self.items = items
-
-
-class Forgetful(Job):
-    def __init__(self, value: Any) -> None:
-        self.kept = value
 
 
 # -- H1: accept and round-trip ---------------------------------------------------------------------

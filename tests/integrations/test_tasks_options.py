@@ -5,11 +5,16 @@ invalid one rejected when the task is defined, naming the option."""
 from __future__ import annotations
 
 import dataclasses
+import io
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.test import override_settings
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client, override_settings
+from django.urls import reverse
 
 from kinetis_queue import queues
 from kinetis_queue.contracts import Queue
@@ -18,7 +23,7 @@ from kinetis_queue.contrib.tasks.compat import InvalidTask, TaskResultStatus, ta
 from kinetis_queue.contrib.tasks.options import KinetisTask
 from kinetis_queue.limits import ConcurrencyLimit
 from kinetis_queue.limits.keeper import SlotKeeper
-from kinetis_queue.models import TaskResultRecord
+from kinetis_queue.models import FailedJob, TaskResultRecord
 from kinetis_queue.settlement import RETRY_KEY, job_retry_delay
 from kinetis_queue.worker import JobOutcome, JobReport, Worker
 from tests import task_option_defs as defs
@@ -54,9 +59,8 @@ class Run:
             connection,
             connection=backend.connection,
             default_max_attempts=5,
-            retry_base_delay=0,
             reporter=self.reports.append,
-            **options,
+            **{"retry_base_delay": 0, **options},
         )
 
     def step(self, queue: str, timeout: float = 10) -> JobReport:
@@ -255,3 +259,60 @@ def test_concurrency_limit_holds_a_run_while_its_slots_are_taken(
 def test_a_task_without_a_limit_and_an_unknown_task_have_none() -> None:
     assert RunTask("tests.task_option_defs.unique_add", [], {}, "r", "default").concurrency_limit_for() is None
     assert RunTask("tests.nowhere.gone", [], {}, "r", "default").concurrency_limit_for() is None
+
+
+# -- kept by a retry (issue 27 item 12) ----------------------------------------------------------------
+
+
+def _retry(via: str, record: FailedJob) -> None:
+    """Retry ``record`` as an operator would: ``manage.py queue_retry ID`` or the admin's Retry action."""
+    if via == "queue_retry":
+        out = io.StringIO()
+        call_command("queue_retry", str(record.pk), stdout=out)
+        assert out.getvalue().startswith(f"Failed job {record.pk} pushed again as job ")
+    else:
+        admin = User.objects.create_superuser(f"admin-{uuid.uuid4().hex[:12]}", password=None)
+        client = Client()
+        client.force_login(admin)
+        data = {"action": "retry_selected", "_selected_action": [str(record.pk)], "index": "0"}
+        assert client.post(reverse("admin:kinetis_queue_failedjob_changelist"), data).status_code == 302
+    assert not FailedJob.objects.filter(pk=record.pk).exists()
+
+
+RETRY_PATHS = pytest.mark.parametrize("via", ["queue_retry", "admin"])
+
+
+@pytest.mark.trait("stores_jobs")
+@RETRY_PATHS
+def test_a_retried_task_keeps_its_timeout(connection: Queue, backend: Backend, tq: str, via: str) -> None:
+    """@task(timeout=0.5) on a worker whose own limit is 300 s: the retried attempt is interrupted too."""
+    run = Run(connection, backend, job_timeout=300)
+    try:
+        defs.sleeps.using(queue_name=tq).enqueue(30)
+        assert (run.step(tq).outcome, defs.SEEN) == (JobOutcome.FAILED, [("sleeps", 30)])
+        _retry(via, FailedJob.objects.get(queue=tq))
+        report = run.step(tq)
+    finally:
+        run.close()
+    assert (report.outcome, report.error) == (JobOutcome.FAILED, "JobTimeoutError")  # not the worker's 300 s
+    assert FailedJob.objects.filter(queue=tq).count() == 1
+
+
+@pytest.mark.trait("stores_jobs")
+@RETRY_PATHS
+def test_a_retried_task_keeps_its_retry_delay_and_max_attempts(
+    connection: Queue, backend: Backend, tq: str, via: str
+) -> None:
+    """@task(retry_delay=0, max_attempts=2) on a worker whose own base delay is 5 s and cap is 5 attempts."""
+    run = Run(connection, backend, retry_base_delay=5)
+    try:
+        defs.always_fails.using(queue_name=tq).enqueue()
+        assert [run.step(tq).outcome for _ in range(2)] == [JobOutcome.RELEASED, JobOutcome.FAILED]
+        _retry(via, FailedJob.objects.get(queue=tq))
+        first = run.step(tq)
+        second = run.step(tq)  # back at once: the task's delay of 0, not the worker's 5 s
+    finally:
+        run.close()
+    assert (first.outcome, first.delay) == (JobOutcome.RELEASED, 0.0)
+    assert second.outcome is JobOutcome.FAILED  # the task's 2 attempts, not the worker's 5
+    assert len(defs.SEEN) == 4  # two attempts, then two after the retry

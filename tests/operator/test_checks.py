@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 #: The checks of kinetis_queue/checks.py (the django.tasks backend has its own, E1xx).
-OURS = re.compile(r"kinetis_queue\.[EW]00\d")
+OURS = re.compile(r"kinetis_queue\.[EW]0\d\d")
 
 
 def ids(deploy: bool = False) -> list[str]:

@@ -104,6 +104,20 @@ def test_a_job_class_whose_unique_attributes_a_push_would_refuse_is_e007() -> No
     assert "without unique_for" in messages["tests.unrunnable_jobs.ScopeWithoutLifetime"]
 
 
+def test_a_job_class_whose_arguments_no_push_can_store_is_e010() -> None:
+    """Issue 27 item 11: a generic models.Model annotation is reported before the first push refuses it."""
+    with with_imports("tests.unrunnable_jobs"):
+        messages = {m.obj: m.msg for m in run_checks() if m.id == "kinetis_queue.E010"}
+    assert sorted(messages) == ["tests.unrunnable_jobs.AnyModelArgument", "tests.unrunnable_jobs.StarArguments"]
+    assert messages["tests.unrunnable_jobs.AnyModelArgument"].startswith(
+        "tests.unrunnable_jobs.AnyModelArgument: __init__ parameter instance is annotated with the generic "
+        "models.Model, which would let a stored payload load a row of any installed model"
+    )
+    assert messages["tests.unrunnable_jobs.StarArguments"] == (
+        "tests.unrunnable_jobs.StarArguments: __init__ takes *items, which cannot be stored"
+    )
+
+
 def test_manage_py_check_reports_a_broken_apps_jobs_module_instead_of_crashing() -> None:
     result = manage("tests.broken_settings", "check")
     assert result.returncode == 1
