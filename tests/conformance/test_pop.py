@@ -235,12 +235,14 @@ def test_job_arriving_on_a_higher_priority_queue_during_a_wait_is_taken_first(
 ) -> None:
     """Contract: The pop() priority/timeout contract (every probe reserves what it finds, in list order)."""
     high, low = f"{queue_name}-high", f"{queue_name}-low"
-    low_id = connection.push(Records("low"), queue=low, delay=1.0)
+    low_id = connection.push(Records("low"), queue=low, delay=2.0)
     pushed: list[str] = []
     pusher = _push_later(connection, high, 0.3, pushed)
     try:
         # Both are due by the sweep that follows the first pause, and that sweep goes in list order.
-        # (A backend whose wait the push wakes takes the high job before the low one is due.)
+        # (A backend whose wait the push wakes takes the high job before the low one is due.) The low job
+        # is due 1.7 s after the high one is pushed: with 0.7 s, a push waiting on SQLite's lock behind the
+        # popper's sweeps on a loaded machine came after it (the low job was taken first).
         first = connection.pop(10, [high, low])
     finally:
         pusher.join()
