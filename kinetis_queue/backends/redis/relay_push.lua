@@ -34,14 +34,13 @@ local stored = 0
 local i = 0
 for a = 3, #ARGV, 4 do
     i = i + 1
-    local marker = KEYS[queue_keys + i]
-    if redis.call('SET', marker, '1', 'NX', 'EX', ARGV[2]) then
+    if redis.call('SET', KEYS[queue_keys + i], '1', 'NX', 'EX', ARGV[2]) then
         -- A store that fails (a queue key of another type) takes its marker back before the error ends
         -- the script: the relay's resend then stores this envelope and those after it, and skips the
         -- ones stored before it.
         local ok, err = pcall(store, a)
         if not ok then
-            redis.call('DEL', marker)
+            redis.call('DEL', KEYS[queue_keys + i])
             error(err)
         end
         stored = stored + 1
