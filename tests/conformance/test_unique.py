@@ -146,11 +146,13 @@ def test_until_settled_holds_the_key_while_the_job_runs_and_until_started_frees_
 def test_until_expired_holds_the_key_after_the_job_settled_until_unique_for_passes(
     connection: Queue, queue_name: str
 ) -> None:
-    first = connection.push(jobs.UniqueForAWhile("a"), queue=queue_name, unique_for=1)
+    # 3 s: the job is pushed, run and settled, and pushed again within unique_for; with 1 s a loaded quorum
+    # queue took longer (the key had expired and the second push was a new job).
+    first = connection.push(jobs.UniqueForAWhile("a"), queue=queue_name, unique_for=3)
     _work(connection, queue_name)
-    assert connection.push(jobs.UniqueForAWhile("a"), queue=queue_name, unique_for=1) == first
+    assert connection.push(jobs.UniqueForAWhile("a"), queue=queue_name, unique_for=3) == first
 
-    wait_until(lambda: connection.push(jobs.UniqueForAWhile("a"), queue=queue_name, unique_for=1) != first, 10)
+    wait_until(lambda: connection.push(jobs.UniqueForAWhile("a"), queue=queue_name, unique_for=3) != first, 30)
 
 
 @pytest.mark.trait("stores_jobs")
