@@ -66,9 +66,31 @@ def events(history_dir: Path, name: str, tag: str | None = None, pid: int | None
 def await_event(
     history_dir: Path, name: str, tag: str | None = None, pid: int | None = None, timeout: float = 30
 ) -> dict[str, Any]:
-    """The first ``name`` event (of ``tag``, from ``pid``) once one has been written."""
-    found: dict[str, Any] = wait_until(lambda: next(iter(events(history_dir, name, tag, pid)), None), timeout=timeout)
+    """The first ``name`` event (of ``tag``, from ``pid``) once one has been written.
+
+    When none comes, the failure carries what the workers wrote and the history's last events, so that a
+    timeout in CI says what the workers were doing instead of only that they did not do it.
+    """
+    try:
+        found: dict[str, Any] = wait_until(
+            lambda: next(iter(events(history_dir, name, tag, pid)), None), timeout=timeout
+        )
+    except AssertionError as exc:
+        raise AssertionError(
+            f"no {name} event{f' from pid {pid}' if pid else ''}: {exc}\n{postmortem(history_dir)}"
+        ) from None
     return found
+
+
+def postmortem(history_dir: Path, lines: int = 40) -> str:
+    """The tail of every worker's log and the history's last events: what a failed wait reports."""
+    parts = []
+    for log in sorted(history_dir.glob("worker-*.log")):
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+        parts.append(f"--- {log.name} (last {len(tail)} lines)\n" + "\n".join(tail))
+    recent = history.read(history_dir)[-lines:]
+    parts.append("--- history (last events)\n" + "\n".join(str(e) for e in recent))
+    return "\n".join(parts)
 
 
 def lease(backend: Backend, connection: Queue) -> int:
