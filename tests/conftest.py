@@ -7,6 +7,7 @@ import importlib.util
 import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from hypothesis import settings as hypothesis_settings
 from kinetis_queue import connections as queue_connections
 from kinetis_queue.worker import Worker
 from tests import jobs
-from tests.support.backends import Backend
+from tests.support.backends import Backend, outside_row_scope
 from tests.support.fixtures import (  # noqa: F401  (pytest finds fixtures in conftest.py)
     backend,
     connection,
@@ -46,6 +47,9 @@ SERVICES = {
 # fail on a loaded machine or under coverage tracing (make test measures coverage), not on a defect.
 hypothesis_settings.register_profile("kq-default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 hypothesis_settings.load_profile("kq-default")
+
+#: The tests/ folder: the extended rows' scope is given relative to it.
+TESTS = Path(__file__).parent
 
 #: Backend ids whose tests run on Django 5.2 LTS too (the core and SQL suite).
 CORE_BACKENDS = {"sync", "sql-sqlite", "sql-postgres", "sql-mariadb"}
@@ -99,6 +103,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.core)
         rows = [value for value in callspec.params.values() if isinstance(value, Backend)] if callspec else []
         if any(not each.fault_tier for each in rows) and "faults" in item.path.parts:
+            deselected.append(item)
+            continue
+        if outside_row_scope(item.path.relative_to(TESTS).as_posix(), rows):
             deselected.append(item)
             continue
         kept.append(item)
