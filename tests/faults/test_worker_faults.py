@@ -169,8 +169,9 @@ def test_a3_frozen_worker_is_overtaken_and_its_late_ack_follows_the_contract(
     seed: int,
     run_id: str,
 ) -> None:
-    """A3: the holder of a job two leases long is SIGSTOPped until another worker has the job, then SIGCONTed
-    (the plan's job is three leases long; two are enough, since the stale ack comes right at the SIGCONT).
+    """A3: the holder of a job three leases long is SIGSTOPped until another worker has the job, then SIGCONTed
+    (three, as the plan says: the freeze must come before the job ends, and under load noticing its start
+    and sending SIGSTOP can take a while; a freeze that came too late fails with what the holder did).
 
     R/Q: its ack raises StaleJobHandleError(operation=ACK), job_settlement_lost fires, nothing is written
     and the live delivery acks. S: its stale delete is accepted (unfenced). M: the broker dropped the
@@ -183,11 +184,12 @@ def test_a3_frozen_worker_is_overtaken_and_its_late_ack_follows_the_contract(
     tag = new_tag(run_id, 0)
     workers = [procs.spawn(backend, [queue_name], history_dir, "--once", "--sleep=30", **knobs) for _ in range(2)]
     try:
-        assert push(connection, Tagged(tag, ms=2000 * seconds), queue_name) is not None
+        assert push(connection, Tagged(tag, ms=3000 * seconds), queue_name) is not None
         first = await_event(history_dir, "exec.start", tag)
         holder, other = sorted(workers, key=lambda p: p.pid != first["pid"])
         history.record("fault.sigstop", None, target=holder.pid)
         holder.send_signal(signal.SIGSTOP)
+        assert not events(history_dir, "exec.done", tag), f"frozen too late\n{postmortem(history_dir)}"
         second = await_event(history_dir, "exec.start", tag, pid=other.pid, timeout=60)
         before = settled_view(maybe_store, queue_name) if backend.fenced else None
         history.record("fault.sigcont", None, target=holder.pid)
