@@ -182,8 +182,13 @@ def test_a3_frozen_worker_is_overtaken_and_its_late_ack_follows_the_contract(
     seconds = lease(backend, connection)
     knobs: dict[str, Any] = {"heartbeat": HEARTBEAT} if rmq else {}
     tag = new_tag(run_id, 0)
+    touch(connection, queue_name)  # the workers poll before the push
     workers = [procs.spawn(backend, [queue_name], history_dir, "--once", "--sleep=30", **knobs) for _ in range(2)]
     try:
+        # Both past their start-up before the push: a holder frozen while the other still starts may hold the
+        # default SQLite database's lock (a registry or history write), and the other's start-up reads it.
+        for worker in workers:
+            await_event(history_dir, "worker.ready", pid=worker.pid, timeout=60)
         assert push(connection, Tagged(tag, ms=3000 * seconds), queue_name) is not None
         first = await_event(history_dir, "exec.start", tag)
         holder, other = sorted(workers, key=lambda p: p.pid != first["pid"])

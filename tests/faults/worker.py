@@ -99,6 +99,25 @@ def install_observers() -> Callable[[], None]:
     return disconnect
 
 
+def record_ready() -> None:
+    """Write a ``worker.ready`` event when the worker's run begins (its hooks start, the app's first): past
+    the command's start-up checks, about to reserve. A scenario that must not freeze one worker while
+    another is still starting (a frozen process can hold the default SQLite database's lock, and start-up
+    reads it) waits for it."""
+    from kinetis_queue import hooks
+
+    class Ready(hooks.DeliveryHooks):
+        def start(self, queue: Any) -> None:
+            history.record("worker.ready", None)
+
+    build = hooks.DEFAULT
+
+    def built() -> hooks.DeliveryHooks:
+        return hooks.HookChain([hooks.DeliveryHooks() if build is None else build(), Ready()])
+
+    hooks.DEFAULT = built
+
+
 def where(tb: TracebackType | None) -> str:
     """Which worker step an escaping exception came from: settle, record, pop or other."""
     names = [frame.name for frame in traceback.extract_tb(tb)]
@@ -188,6 +207,7 @@ def main(argv: list[str]) -> int:
     import tests.faults.jobs  # noqa: F401  the job classes, known before the first pop
 
     install_observers()
+    record_ready()
     before = set(sys.modules)
     history.record("worker.start", None, argv=argv)
     try:

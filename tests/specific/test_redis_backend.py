@@ -499,7 +499,7 @@ def test_every_script_has_the_header_and_touches_only_keys_it_is_given() -> None
             assert command != "KEYS", path.name
             key = first.endswith("_key") if library else first.startswith("KEYS[")
             assert command == "TIME" or key, f"{path.name}: {command} {first}"
-        for call in re.findall(r"(?:make_ready|priority_score|push_unique)\(([^)]*)\)", text):
+        for call in re.findall(r"(?:make_ready|priority_score|push_unique|store_envelope)\(([^)]*)\)", text):
             if not library:
                 assert call.startswith("KEYS["), f"{path.name}: {call}"
 

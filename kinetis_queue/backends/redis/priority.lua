@@ -51,3 +51,14 @@ local function make_ready(pending_key, prioritized_key, sequence_key, member, pr
     end
 end
 
+
+-- Store `member` in its queue, as push_many.lua and relay_push.lua do for each envelope: immediate
+-- (`ready_at` "") ready at once (make_ready), else in the delayed set scored by its ready-at time (the
+-- envelope carries its priority to its promotion).
+local function store_envelope(pending_key, delayed_key, prioritized_key, sequence_key, ready_at, priority, member)
+    if ready_at == '' then
+        make_ready(pending_key, prioritized_key, sequence_key, member, priority)
+    else
+        redis.call('ZADD', delayed_key, ready_at, member)
+    end
+end

@@ -25,11 +25,7 @@
 local stored = 0
 for i = 1, #ARGV, 4 do
     local base = 4 * tonumber(ARGV[i])
-    if ARGV[i + 1] == '' then
-        make_ready(KEYS[base - 3], KEYS[base - 1], KEYS[base], ARGV[i + 3], ARGV[i + 2])
-    else
-        redis.call('ZADD', KEYS[base - 2], ARGV[i + 1], ARGV[i + 3])
-    end
+    store_envelope(KEYS[base - 3], KEYS[base - 2], KEYS[base - 1], KEYS[base], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
     stored = stored + 1
 end
 return stored

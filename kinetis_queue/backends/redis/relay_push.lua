@@ -20,16 +20,6 @@
 
 local queue_keys = tonumber(ARGV[1])
 
--- Store envelope a (its ARGV index) in its queue.
-local function store(a)
-    local base = 4 * tonumber(ARGV[a])
-    if ARGV[a + 1] == '' then
-        make_ready(KEYS[base - 3], KEYS[base - 1], KEYS[base], ARGV[a + 3], ARGV[a + 2])
-    else
-        redis.call('ZADD', KEYS[base - 2], ARGV[a + 1], ARGV[a + 3])
-    end
-end
-
 local stored = 0
 local i = 0
 for a = 3, #ARGV, 4 do
@@ -38,7 +28,9 @@ for a = 3, #ARGV, 4 do
         -- A store that fails (a queue key of another type) takes its marker back before the error ends
         -- the script: the relay's resend then stores this envelope and those after it, and skips the
         -- ones stored before it.
-        local ok, err = pcall(store, a)
+        local base = 4 * tonumber(ARGV[a])
+        local ok, err = pcall(store_envelope, KEYS[base - 3], KEYS[base - 2], KEYS[base - 1], KEYS[base],
+            ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
         if not ok then
             redis.call('DEL', KEYS[queue_keys + i])
             error(err)
