@@ -169,3 +169,18 @@ class LimitedTagged(Job):
         if self.ms:
             time.sleep(self.ms / 1000)
         _done(self.tag, context)
+
+
+@dataclass
+class Held(Job):
+    """Runs until the file ``release`` exists (at most 60 s): a long job whose end the test decides."""
+
+    tag: str
+    release: str
+
+    def handle(self, context: JobContext) -> None:
+        _start(self.tag, context)
+        deadline = time.monotonic() + 60
+        while not Path(self.release).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)  # a poll of a file another process writes: nothing to wait on instead
+        _done(self.tag, context)

@@ -41,6 +41,7 @@ def env(
     pythonpath: Sequence[str] = (),
     port: int | None = None,
     heartbeat: int | None = None,
+    prefetch_hold: float | None = None,
 ) -> dict[str, str]:
     """The environment of a worker subprocess of the current test."""
     result = {
@@ -63,6 +64,7 @@ def env(
         "KQ_MONO_MINUS_WALL",
         "KQ_PORT",
         "KQ_HEARTBEAT",
+        "KQ_PREFETCH_HOLD",
     ):
         result.pop(key, None)
     if crashpoint:
@@ -75,6 +77,8 @@ def env(
         result["KQ_PORT"] = str(port)
     if heartbeat is not None:
         result["KQ_HEARTBEAT"] = str(heartbeat)
+    if prefetch_hold is not None:
+        result["KQ_PREFETCH_HOLD"] = str(prefetch_hold)
     if faketime:
         if not FAKETIME_LIBS:
             raise RuntimeError("libfaketime is missing: run scripts/system-deps.sh (apt-get install faketime)")

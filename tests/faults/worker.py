@@ -11,6 +11,8 @@ Test knobs, read from the environment:
 - ``KQ_NO_RENEWAL=1``: the heartbeat never renews (the negative control of a lease race);
 - ``KQ_PORT``: the port of a fault proxy in front of the connections' server;
 - ``KQ_HEARTBEAT``: the AMQP heartbeat interval of every RabbitMQ connection, in seconds;
+- ``KQ_PREFETCH_HOLD``: seconds a delivery reserved ahead waits for a slot before it is given back
+  (kinetis_queue.dispatcher.PREFETCH_HOLD), so that a scenario can keep one held until its stop;
 - ``KQ_CRASHPOINT``: read by ``kinetis_queue.crashpoints`` itself.
 """
 
@@ -162,6 +164,11 @@ def _apply_knobs() -> None:
             if entry.get("BACKEND") == "rabbitmq":
                 entry["HEARTBEAT"] = int(heartbeat)
         settings.KINETIS_QUEUE = setting
+    hold = os.environ.get("KQ_PREFETCH_HOLD")
+    if hold:
+        from kinetis_queue import dispatcher
+
+        dispatcher.PREFETCH_HOLD = float(hold)  # type: ignore[misc]
     if os.environ.get("KQ_NO_RENEWAL") == "1":
         from kinetis_queue.heartbeat import Heartbeat
 
