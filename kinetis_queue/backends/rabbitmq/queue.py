@@ -63,6 +63,8 @@ logger = logging.getLogger("kinetis_queue.rabbitmq")
 CONFIRM_TIMEOUT = 30.0
 #: Job ids unreserve() remembers at most per connection (see _unreserve).
 GIVEN_BACK_LIMIT = 10_000
+#: Bytes a content header takes besides the metadata header, with room to spare (the other properties and headers).
+UNFIT_MARGIN = 1024
 #: AMQP reply codes of a channel the broker closes over a publish: the message refused (over
 #: ``max_message_size``: for good), and an exchange that does not exist (a delay tier deleted: for now).
 PRECONDITION_FAILED = 406
@@ -77,6 +79,8 @@ class _Outgoing:
     exchange: str
     routing_key: str
     queue: str
+    #: Why the broker cannot take it whatever is tried (its headers do not fit in one frame), or None.
+    unfit: str | None = None
 
 
 @dataclass(eq=False)
@@ -617,7 +621,15 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         message = amqp.Message(
             body, content_type="application/json", delivery_mode=2, message_id=job_id, application_headers=headers
         )
-        return _Outgoing(message, exchange, routing_key, queue)
+        unfit = None
+        frame_max = session.connection.frame_max
+        # Only the metadata header is unbounded (at most 4 bytes a character); the exact size only when it may not fit.
+        if 4 * len(headers["metadata"]) + UNFIT_MARGIN > frame_max and (size := session.header_size(message)):
+            unfit = (
+                f"its headers (the job's metadata) take {size} bytes, more than one AMQP frame holds on this "
+                f"connection (frame_max {frame_max}): the broker would close the connection"
+            )
+        return _Outgoing(message, exchange, routing_key, queue, unfit)
 
     def _publish_many(self, session: Session, batch: Sequence[_Outgoing]) -> None:
         """Publish every message (mandatory), then wait once for the batch's confirmations.
@@ -627,6 +639,12 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         connection is dropped). Any of them raises PublishNotConfirmedError with the counts; the
         others of the batch are queued.
         """
+        unfit = [item for item in batch if item.unfit is not None]
+        if unfit:
+            what = f"the job for queue {unfit[0].queue!r}" if len(batch) == 1 else f"{len(unfit)} of {len(batch)} jobs"
+            raise PublishNotConfirmedError(
+                f"RabbitMQ cannot take {what}: {unfit[0].unfit}; nothing was published, nothing was queued"
+            )
         try:
             nacked, returned = self._publish_confirmed(session, batch)
         except PublishRefused as refused:
@@ -712,13 +730,23 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         the broker refuses again are refused for good, and the others are published again now, once
         (those published before the refused one were queued already: delivered twice). Any other
         close (a missing exchange, no permission), a transport error or a missing confirmation leaves
-        the pushes without an answer refused for now.
+        the pushes without an answer refused for now. A push whose headers do not fit in one frame
+        (the broker would close the connection) is refused for good without being sent.
         """
         if not prepared:
             return []
         with self._using() as session:
             batch = [self._outgoing(session, item.envelope, item.delay, item.queue) for item in prepared]
-            refusals, unanswered, closed = self._store(session, batch, list(range(len(batch))), first=True)
+            unfit = [
+                StoreRefusal(index, PublishNotConfirmedError(f"RabbitMQ cannot take the job: {item.unfit}"), final=True)
+                for index, item in enumerate(batch)
+                if item.unfit is not None
+            ]
+            sendable = [index for index, item in enumerate(batch) if item.unfit is None]
+            if not sendable:
+                return unfit
+            refusals, unanswered, closed = self._store(session, batch, sendable, first=True)
+            refusals += unfit
             if unanswered and closed is not None and closed.reply_code == PRECONDITION_FAILED:
                 try:
                     for index, error in self._probe(session, batch, list(unanswered)):

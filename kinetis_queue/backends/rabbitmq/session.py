@@ -127,6 +127,8 @@ _CONTENT_HEADER = 2
 _HEADER_FIXED = 12
 #: Property flags announcing no property at all.
 _NO_PROPERTIES = b"\x00\x00"
+#: An AMQP frame's bytes around its payload: type (1), channel (2), size (4) and the frame-end octet.
+_FRAME_OVERHEAD = 8
 
 
 def tolerant_frame_handler(connection: Any, callback: Any, **kwargs: Any) -> Callable[[Any], Any]:
@@ -285,6 +287,17 @@ class Session:
         self.nacked.clear()
         self.next_seq = 1
         self.publisher.confirm_select()
+
+    def header_size(self, message: Any) -> int | None:
+        """The size of ``message``'s content header when it does not fit in one frame (None: it fits).
+
+        AMQP never splits a content header (the properties, the headers table above all): the broker
+        closes the whole connection over one larger than the negotiated frame_max (501 FRAME_ERROR,
+        frame_too_large), so such a message must not be sent. py-amqp serializes the properties the
+        same way when it writes the frame.
+        """
+        size = _HEADER_FIXED + len(message._serialize_properties())
+        return size if size > self.connection.frame_max - _FRAME_OVERHEAD else None
 
     # -- consumers ----------------------------------------------------------------------------------
 
