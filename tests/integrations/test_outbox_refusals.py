@@ -318,6 +318,34 @@ def test_a_rabbitmq_message_over_max_message_size_becomes_a_failed_job_and_its_b
     assert _drain_all(queue, queue_name + "-b") == [other, later]
 
 
+@pytest.mark.parametrize("built", RABBIT_PAIRS[:1], indirect=True)
+def test_a_rabbitmq_publish_returned_before_a_refused_one_stays_to_be_sent_again(
+    built: tuple[Queue, str, Any], queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The queue is deleted under the relay's connection: the first publish comes back unroutable (its return and
+    its ack both before the close), then the big one closes the channel. The returned row is kept, not taken for
+    stored because it was answered, and goes once the queue is declared again; the big one is recorded."""
+    queue, database, rabbit = built
+    with small_max_message_size() as limit:
+        sender = connections.build(queue.connection)
+        rabbit.prepare(sender)
+        sender.push(jobs.Records("declares the queue on the sender's connection"), queue=queue_name)
+        with amqp.Connection("127.0.0.1:5672", userid="guest", password="guest") as conn:
+            conn.channel().queue_delete(queue_name)
+        with transaction.atomic(using=database):
+            returned = queue.push(jobs.Records("returned"), queue=queue_name)
+            refused = queue.push(jobs.Records("x" * (limit + 100_000)), queue=queue_name)
+        relay = _relay(sender)
+
+        with caplog.at_level(logging.ERROR, logger="kinetis_queue.outbox"):
+            assert relay.relay_once() == 0
+            assert _rows(queue, database) == [returned] and relay.failing == [queue_name]
+            assert [record.job_id for record in _records(queue)] == [refused]
+            assert relay.relay_once() == 1
+    assert _rows(queue, database) == []
+    assert _drain_all(queue, queue_name) == [returned]
+
+
 @pytest.mark.parametrize("built", RABBIT_PAIRS, indirect=True)
 def test_a_rabbitmq_job_whose_headers_do_not_fit_in_a_frame_becomes_a_failed_job_unsent(
     built: tuple[Queue, str, Any], queue_name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture

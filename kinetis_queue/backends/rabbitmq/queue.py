@@ -707,6 +707,11 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
                 f"RabbitMQ did not confirm {what} ({type(exc).__name__}: {exc}); whether "
                 f"{'the job was' if len(batch) == 1 else 'each job was'} queued is unknown"
             ) from exc
+        return {seq - first for seq in nacked}, self._returned(session, batch)
+
+    @staticmethod
+    def _returned(session: Session, batch: Sequence[_Outgoing]) -> set[int]:
+        """The indexes of the batch's messages the broker returned as unroutable (their queues are forgotten)."""
         returned: set[int] = set()
         if session.returned:
             returned_ids = {message_id for _, message_id in session.returned}
@@ -714,7 +719,7 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
                 if item.message.properties.get("message_id") in returned_ids:
                     returned.add(index)
                     session.forget(item.queue)  # declared again by the next publish
-        return {seq - first for seq in nacked}, returned
+        return returned
 
     def store_many(self, prepared: Sequence[PreparedPush]) -> list[StoreRefusal]:
         """The outbox relay's send: one confirmed batch, as ``_push_many``, each push's outcome its own.
@@ -782,7 +787,8 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             nacked, returned = self._publish_confirmed(session, items)
         except PublishRefused as refused:
             closed = refused.error
-            nacked, returned = refused.nacked, set()
+            # A message returned before the close was not queued, even when its ack came before the close too.
+            nacked, returned = refused.nacked, self._returned(session, items) & refused.answered
             unanswered = [index for offset, index in enumerate(indexes) if offset not in refused.answered]
         except PublishNotConfirmedError as exc:
             if first:
