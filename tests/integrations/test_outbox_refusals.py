@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import shutil
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,11 +26,14 @@ from django.urls import reverse
 from kinetis_queue import connections
 from kinetis_queue.conf import connection_settings
 from kinetis_queue.contracts import DisposableQueue, Queue
+from kinetis_queue.exceptions import PublishNotConfirmedError
 from kinetis_queue.models import FailedJob, OutboxRecord
 from kinetis_queue.outbox.relay import REFUSED_CLASS
 from tests import jobs
 from tests.integrations.test_outbox import OUTBOXES, _drain, _relay, _rows
 from tests.settings import KINETIS_QUEUE, REDIS_URL
+from tests.support.helpers import wait_until
+from tests.support.rabbitmq_broker import SMALL_MAX_MESSAGE_SIZE, small_max_message_size
 
 #: Where nothing listens: every store's client fails to connect (a transport error).
 NOWHERE = {"redis": {"URL": "redis://127.0.0.1:1/0"}, "rabbitmq": {"URL": "amqp://guest:guest@127.0.0.1:1//"}}
@@ -257,6 +262,148 @@ def test_a_partial_rabbitmq_batch_deletes_the_confirmed_rows_and_sends_the_retur
     assert _rows(queue, database) == []
     assert sorted(job.id for job in _drain(queue, queue_name, 2)) == sorted([delayed, returned])
     assert queue.pop(1, [queue_name]) is None  # the delayed job once
+
+
+def _drain_all(queue: Queue, queue_name: str) -> list[str]:
+    """The ids of every job waiting on ``queue_name``, each popped and acked, until a pop finds none."""
+    ids: list[str] = []
+    while (job := queue.pop(1, [queue_name])) is not None:
+        ids.append(job.id)
+        queue.ack(job)
+    return ids
+
+
+@pytest.mark.parametrize("built", RABBIT_PAIRS, indirect=True)
+def test_a_rabbitmq_message_over_max_message_size_becomes_a_failed_job_and_its_batch_is_sent(
+    built: tuple[Queue, str, Any], queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker refuses the big publish by closing the channel (406 PRECONDITION_FAILED), which says neither
+    which publish it was nor answers the batch's others: the relay records that job, relays the rows beside it
+    in the same round (a row published before it may be delivered twice: its confirmation died with the
+    channel), and the same connection goes on. Before the fix the queue's every row stayed, sent every round."""
+    queue, database, rabbit = built
+    big = "x" * (SMALL_MAX_MESSAGE_SIZE + 100_000)  # a body over the lowered limit; push() takes it
+    with small_max_message_size():
+        sender = connections.build(queue.connection)  # its channels open now, under the lowered limit
+        rabbit.prepare(sender)
+        with transaction.atomic(using=database):
+            before = queue.push(jobs.Records("before"), queue=queue_name)
+            refused = queue.push(jobs.Records(big), queue=queue_name)
+            after = queue.push(jobs.Records("after"), queue=queue_name)
+            other = queue.push(jobs.Records("other"), queue=queue_name + "-b")
+        relay = _relay(sender)
+
+        with caplog.at_level(logging.ERROR, logger="kinetis_queue.outbox"):
+            assert relay.relay_once() == 3
+            assert relay.relay_once() == 0
+        session = sender._session  # type: ignore[attr-defined]
+        later = sender.push(jobs.Records("later"), queue=queue_name + "-b")  # the connection the broker kept
+        assert sender._session is session  # type: ignore[attr-defined]
+
+    assert _rows(queue, database) == [] and relay.failing == [] and relay.refused == 1
+    [record] = _records(queue)
+    assert (record.job_id, record.queue, record.exception_class, record.attempts) == (
+        refused,
+        queue_name,
+        REFUSED_CLASS,
+        0,
+    )
+    assert "406 PRECONDITION_FAILED" in record.exception_message
+    assert f"larger than configured max size {SMALL_MAX_MESSAGE_SIZE}" in record.exception_message
+    assert "xxxxxxxxxx" not in record.exception_message  # no argument value in the reason
+    assert f"refused outbox job {refused}" in caplog.text and "could not send queue" not in caplog.text
+    delivered = _drain_all(queue, queue_name)
+    assert delivered.count(after) == 1 and 1 <= delivered.count(before) <= 2
+    assert set(delivered) == {before, after}
+    assert _drain_all(queue, queue_name + "-b") == [other, later]
+
+
+@pytest.mark.parametrize("built", RABBIT_PAIRS[:1], indirect=True)
+def test_a_rabbitmq_publish_returned_before_a_refused_one_stays_to_be_sent_again(
+    built: tuple[Queue, str, Any], queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The queue is deleted under the relay's connection: the first publish comes back unroutable (its return and
+    its ack both before the close), then the big one closes the channel. The returned row is kept, not taken for
+    stored because it was answered, and goes once the queue is declared again; the big one is recorded."""
+    queue, database, rabbit = built
+    with small_max_message_size() as limit:
+        sender = connections.build(queue.connection)
+        rabbit.prepare(sender)
+        sender.push(jobs.Records("declares the queue on the sender's connection"), queue=queue_name)
+        with amqp.Connection("127.0.0.1:5672", userid="guest", password="guest") as conn:
+            conn.channel().queue_delete(queue_name)
+        with transaction.atomic(using=database):
+            returned = queue.push(jobs.Records("returned"), queue=queue_name)
+            refused = queue.push(jobs.Records("x" * (limit + 100_000)), queue=queue_name)
+        relay = _relay(sender)
+
+        with caplog.at_level(logging.ERROR, logger="kinetis_queue.outbox"):
+            assert relay.relay_once() == 0
+            assert _rows(queue, database) == [returned] and relay.failing == [queue_name]
+            assert [record.job_id for record in _records(queue)] == [refused]
+            assert relay.relay_once() == 1
+    assert _rows(queue, database) == []
+    assert _drain_all(queue, queue_name) == [returned]
+
+
+@pytest.mark.parametrize("built", RABBIT_PAIRS, indirect=True)
+def test_a_rabbitmq_job_whose_headers_do_not_fit_in_a_frame_becomes_a_failed_job_unsent(
+    built: tuple[Queue, str, Any], queue_name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """AMQP never splits a content header, and the broker closes the whole connection over one larger than
+    frame_max (501): a job whose metadata (here from a metadata provider) cannot fit is refused for good before
+    it is sent, and the rows beside it are relayed once, on the same connection. Before the fix the connection
+    was closed every round, the row kept and its batch sent again."""
+    from kinetis_queue import hooks
+
+    queue, database, _ = built
+    monkeypatch.setattr(
+        hooks,
+        "METADATA_PROVIDERS",
+        [lambda _queue, _name, job_class: {"trace": "y" * 200_000} if job_class == "tests.jobs.Noop" else {}],
+    )
+    with transaction.atomic(using=database):
+        before = queue.push(jobs.Records("before"), queue=queue_name)
+        refused = queue.push(jobs.Noop(), queue=queue_name)
+        after = queue.push(jobs.Records("after"), queue=queue_name)
+    relay = _relay(queue)
+
+    with caplog.at_level(logging.ERROR, logger="kinetis_queue.outbox"):
+        assert relay.relay_once() == 2
+    assert _rows(queue, database) == [] and relay.failing == [] and relay.refused == 1
+    [record] = _records(queue)
+    assert (record.job_id, record.exception_class) == (refused, REFUSED_CLASS)
+    assert "more than one AMQP frame holds on this connection (frame_max 131072)" in record.exception_message
+    assert "yyyyyyyyyy" not in record.exception_message
+    assert _drain_all(queue, queue_name) == [before, after]  # each once: nothing was closed, nothing resent
+
+    with pytest.raises(PublishNotConfirmedError, match=r"cannot take the job .*nothing was queued"):
+        queue.push(jobs.Noop(), queue=queue_name)  # outside a transaction: straight to the broker
+    assert queue.size(queue_name) == 0
+
+
+@pytest.mark.parametrize("built", RABBIT_PAIRS[:1], indirect=True)
+def test_a_rabbitmq_nack_is_no_refusal_for_good(built: tuple[Queue, str, Any], queue_name: str) -> None:
+    """A queue at its x-max-length with overflow reject-publish nacks: the queue may drain (and a nack gives no
+    reason: the broker also nacks on an internal error), so the row stays and goes once the queue takes it."""
+    queue, database, _ = built
+    policy = f"kinetis-test-{queue_name}"
+    ctl = shutil.which("rabbitmqctl")
+    if ctl is None:
+        pytest.skip("rabbitmqctl is not available to set a queue-length policy")
+    rule = json.dumps({"max-length": 0, "overflow": "reject-publish"})
+    set_policy = [ctl, "-q", "set_policy", "--apply-to", "queues", policy, f"^{queue_name}$", rule]
+    subprocess.run(set_policy, capture_output=True, timeout=60, check=True)
+    try:
+        with transaction.atomic(using=database):
+            held = queue.push(jobs.Records("held"), queue=queue_name)
+        relay = _relay(queue)
+        assert relay.relay_once() == 0
+        assert _rows(queue, database) == [held] and relay.failing == [queue_name] and _records(queue) == []
+    finally:
+        subprocess.run([ctl, "-q", "clear_policy", policy], capture_output=True, timeout=60, check=False)
+    assert wait_until(lambda: relay.relay_once() == 1)  # the broker applies a cleared policy on its own time
+    assert _rows(queue, database) == [] and _drain_all(queue, queue_name) == [held]
 
 
 def test_the_dashboard_shows_the_outbox_backlog_and_its_refused_rows(queue_name: str) -> None:

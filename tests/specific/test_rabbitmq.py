@@ -39,6 +39,7 @@ from tests.faults.faultproxy import Blackhole, FaultProxy, Mute, Pass
 from tests.jobs import Noop, Records
 from tests.settings import RABBITMQ_URL
 from tests.support.helpers import wait_until
+from tests.support.rabbitmq_broker import small_max_message_size
 
 BROKER = "127.0.0.1:5672"
 
@@ -444,6 +445,34 @@ def test_a_nacked_publish_raises_and_the_connection_goes_on(rabbit: RabbitMqQueu
 
     assert rabbit.size(queue_name) == 0
     assert rabbit.size(f"{queue_name}-other") == 0  # same connection, still usable
+
+
+def test_a_publish_over_max_message_size_raises_and_the_connection_and_its_deliveries_go_on(
+    rabbit: RabbitMqQueue, queue_name: str
+) -> None:
+    """The broker refuses a message over its max_message_size by closing the publisher channel (406): the push
+    raises PublishNotConfirmedError naming the reason, and the connection goes on, with the delivery it holds
+    (before the fix the whole connection was dropped: the held job was requeued and its ack raised)."""
+    with small_max_message_size() as limit:
+        rabbit.push(Records("held"), queue=queue_name)  # the channels open under the lowered limit
+        held = rabbit.pop(5, [queue_name])
+        assert held is not None
+        session = rabbit._session
+
+        with pytest.raises(PublishNotConfirmedError, match=r"refused the publish .*\(406 PRECONDITION_FAILED") as err:
+            rabbit.push(Records("x" * (limit + 1000)), queue=queue_name)
+        assert "was not queued" in str(err.value) and "xxxxxxxxxx" not in str(err.value)
+        with pytest.raises(PublishNotConfirmedError, match=r"refused a publish of 3 .*\(406 PRECONDITION_FAILED"):
+            rabbit.push_many([Records("a"), Records("x" * (limit + 1000)), Records("b")], queue=queue_name)
+
+        assert rabbit._session is session
+        rabbit.ack(held)  # still held on the same channel
+        rabbit.push(Records("after"), queue=queue_name)
+    labels = []
+    while (job := rabbit.pop(1, [queue_name])) is not None:
+        labels.append(job.args["label"])
+        rabbit.ack(job)
+    assert labels == ["a", "after"]  # "a" went before the refused one; "b" after it was dropped
 
 
 def test_a_publish_whose_connection_dropped_is_not_confirmed(

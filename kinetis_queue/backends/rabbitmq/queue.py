@@ -24,7 +24,7 @@ from kinetis_queue.backends.rabbitmq.options import (
     OPTIONS,
     QUEUE_TYPES,
 )
-from kinetis_queue.backends.rabbitmq.session import Session, parse_url
+from kinetis_queue.backends.rabbitmq.session import PROBE_ROUTING_KEY, PublishRefused, Session, parse_url
 from kinetis_queue.conf import ConnectionSettings
 from kinetis_queue.contracts import (
     ClearableQueue,
@@ -63,6 +63,12 @@ logger = logging.getLogger("kinetis_queue.rabbitmq")
 CONFIRM_TIMEOUT = 30.0
 #: Job ids unreserve() remembers at most per connection (see _unreserve).
 GIVEN_BACK_LIMIT = 10_000
+#: Bytes a content header takes besides the metadata header, with room to spare (the other properties and headers).
+UNFIT_MARGIN = 1024
+#: AMQP reply codes of a channel the broker closes over a publish: the message refused (over
+#: ``max_message_size``: for good), and an exchange that does not exist (a delay tier deleted: for now).
+PRECONDITION_FAILED = 406
+NOT_FOUND = 404
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,6 +79,8 @@ class _Outgoing:
     exchange: str
     routing_key: str
     queue: str
+    #: Why the broker cannot take it whatever is tried (its headers do not fit in one frame), or None.
+    unfit: str | None = None
 
 
 @dataclass(eq=False)
@@ -613,7 +621,15 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         message = amqp.Message(
             body, content_type="application/json", delivery_mode=2, message_id=job_id, application_headers=headers
         )
-        return _Outgoing(message, exchange, routing_key, queue)
+        unfit = None
+        frame_max = session.connection.frame_max
+        # Only the metadata header is unbounded (at most 4 bytes a character); the exact size only when it may not fit.
+        if 4 * len(headers["metadata"]) + UNFIT_MARGIN > frame_max and (size := session.header_size(message)):
+            unfit = (
+                f"its headers (the job's metadata) take {size} bytes, more than one AMQP frame holds on this "
+                f"connection (frame_max {frame_max}): the broker would close the connection"
+            )
+        return _Outgoing(message, exchange, routing_key, queue, unfit)
 
     def _publish_many(self, session: Session, batch: Sequence[_Outgoing]) -> None:
         """Publish every message (mandatory), then wait once for the batch's confirmations.
@@ -623,7 +639,16 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         connection is dropped). Any of them raises PublishNotConfirmedError with the counts; the
         others of the batch are queued.
         """
-        nacked, returned = self._publish_confirmed(session, batch)
+        unfit = [item for item in batch if item.unfit is not None]
+        if unfit:
+            what = f"the job for queue {unfit[0].queue!r}" if len(batch) == 1 else f"{len(unfit)} of {len(batch)} jobs"
+            raise PublishNotConfirmedError(
+                f"RabbitMQ cannot take {what}: {unfit[0].unfit}; nothing was published, nothing was queued"
+            )
+        try:
+            nacked, returned = self._publish_confirmed(session, batch)
+        except PublishRefused as refused:
+            raise self._refused_error(batch, refused) from refused.error
         if not nacked and not returned:
             return
         if len(batch) == 1:
@@ -642,16 +667,39 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
             f"{len(batch) - len(failed)} were queued"
         )
 
+    @staticmethod
+    def _refused_error(batch: Sequence[_Outgoing], refused: PublishRefused) -> PublishNotConfirmedError:
+        """The error of a push whose channel the broker closed over a publish (the connection goes on)."""
+        error = refused.error
+        why = f"{error.reply_code} {error.reply_text}"
+        if len(batch) == 1:
+            return PublishNotConfirmedError(
+                f"RabbitMQ refused the publish to queue {batch[0].queue!r} and closed the channel ({why}): the job "
+                "was not queued"
+            )
+        unknown = len(batch) - len(refused.answered)
+        return PublishNotConfirmedError(
+            f"RabbitMQ refused a publish of {len(batch)} and closed the channel ({why}): {unknown} job(s) were "
+            "left without an answer (those published before the refused one were queued, those after it were "
+            "not; which one it was is not said), the others were answered"
+        )
+
     def _publish_confirmed(self, session: Session, batch: Sequence[_Outgoing]) -> tuple[set[int], set[int]]:
         """Publish the batch and wait for its confirmations: the indexes (nacked, returned as unroutable).
 
         A failure to publish or a confirmation missing after CONFIRM_TIMEOUT drops the connection and
-        raises PublishNotConfirmedError: whether each job was queued is unknown.
+        raises PublishNotConfirmedError: whether each job was queued is unknown. A publish the broker
+        refuses by closing the channel raises PublishRefused (session.py); the connection goes on.
         """
         try:
             first, nacked = session.publish_all(
                 [(item.message, item.exchange, item.routing_key) for item in batch], CONFIRM_TIMEOUT
             )
+        except PublishRefused as refused:
+            if refused.error.reply_code == NOT_FOUND:
+                session.declared.clear()  # an exchange of a ladder was deleted: declare everything again
+                session.ladders.clear()
+            raise
         except Exception as exc:
             self._discard(session)
             what = f"the publish to queue {batch[0].queue!r}" if len(batch) == 1 else f"{len(batch)} publishes"
@@ -659,6 +707,11 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
                 f"RabbitMQ did not confirm {what} ({type(exc).__name__}: {exc}); whether "
                 f"{'the job was' if len(batch) == 1 else 'each job was'} queued is unknown"
             ) from exc
+        return {seq - first for seq in nacked}, self._returned(session, batch)
+
+    @staticmethod
+    def _returned(session: Session, batch: Sequence[_Outgoing]) -> set[int]:
+        """The indexes of the batch's messages the broker returned as unroutable (their queues are forgotten)."""
         returned: set[int] = set()
         if session.returned:
             returned_ids = {message_id for _, message_id in session.returned}
@@ -666,41 +719,137 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
                 if item.message.properties.get("message_id") in returned_ids:
                     returned.add(index)
                     session.forget(item.queue)  # declared again by the next publish
-        return {seq - first for seq in nacked}, returned
+        return returned
 
     def store_many(self, prepared: Sequence[PreparedPush]) -> list[StoreRefusal]:
         """The outbox relay's send: one confirmed batch, as ``_push_many``, each push's outcome its own.
 
         A nacked or returned (unroutable: its queue or delay tier was deleted under this connection)
         push is refused for now, the others were queued: the relay deletes those and sends these
-        again (a returned push's queue is declared again first). RabbitMQ refuses nothing here for
-        good: this backend declares every queue it publishes to.
+        again (a returned push's queue is declared again first).
+
+        A publish the broker refuses by closing the channel with 406 PRECONDITION_FAILED (a message
+        over its ``max_message_size``) is refused for good. The close does not say which publish it
+        was, and the batch's publishes the broker had not answered yet are answered never: each of
+        them is probed (published alone, routed nowhere: the broker checks it and drops it), those
+        the broker refuses again are refused for good, and the others are published again now, once
+        (those published before the refused one were queued already: delivered twice). Any other
+        close (a missing exchange, no permission), a transport error or a missing confirmation leaves
+        the pushes without an answer refused for now. A push whose headers do not fit in one frame
+        (the broker would close the connection) is refused for good without being sent.
         """
         if not prepared:
             return []
         with self._using() as session:
             batch = [self._outgoing(session, item.envelope, item.delay, item.queue) for item in prepared]
-            nacked, returned = self._publish_confirmed(session, batch)
+            unfit = [
+                StoreRefusal(index, PublishNotConfirmedError(f"RabbitMQ cannot take the job: {item.unfit}"), final=True)
+                for index, item in enumerate(batch)
+                if item.unfit is not None
+            ]
+            sendable = [index for index, item in enumerate(batch) if item.unfit is None]
+            if not sendable:
+                return unfit
+            refusals, unanswered, closed = self._store(session, batch, sendable, first=True)
+            refusals += unfit
+            if unanswered and closed is not None and closed.reply_code == PRECONDITION_FAILED:
+                try:
+                    for index, error in self._probe(session, batch, list(unanswered)):
+                        refusals.append(StoreRefusal(index, error, final=True))
+                        unanswered.remove(index)
+                    if unanswered:
+                        more, unanswered, closed = self._store(session, batch, unanswered, first=False)
+                        refusals += more
+                except PublishNotConfirmedError as exc:
+                    refusals += [StoreRefusal(index, exc, final=False) for index in unanswered]
+                    unanswered = []
+        if unanswered:
+            assert closed is not None
+            error = PublishNotConfirmedError(
+                f"RabbitMQ closed the channel over a publish ({closed.reply_code} {closed.reply_text}) before "
+                "answering this one: whether the job was queued is unknown"
+            )
+            refusals += [StoreRefusal(index, error, final=False) for index in unanswered]
+        return sorted(refusals, key=lambda refusal: refusal.index)
+
+    def _store(
+        self, session: Session, batch: Sequence[_Outgoing], indexes: list[int], *, first: bool
+    ) -> tuple[list[StoreRefusal], list[int], amqp.exceptions.ChannelError | None]:
+        """Publish ``batch[i]`` for each of ``indexes``, confirmed: (refusals for now: nacked or returned; the
+        indexes left without an answer by a channel close, in publish order; that close, or None).
+
+        A transport error raises PublishNotConfirmedError when ``first`` (none of the batch is known to be
+        stored); afterwards it leaves every index of this send without an answer, refused for now.
+        """
+        items = [batch[index] for index in indexes]
+        closed = None
+        try:
+            nacked, returned = self._publish_confirmed(session, items)
+        except PublishRefused as refused:
+            closed = refused.error
+            # A message returned before the close was not queued, even when its ack came before the close too.
+            nacked, returned = refused.nacked, self._returned(session, items) & refused.answered
+            unanswered = [index for offset, index in enumerate(indexes) if offset not in refused.answered]
+        except PublishNotConfirmedError as exc:
+            if first:
+                raise
+            return [StoreRefusal(index, exc, final=False) for index in indexes], [], None
+        else:
+            unanswered = []
         refusals = [
             StoreRefusal(
-                index,
-                PublishNotConfirmedError(f"RabbitMQ refused the publish to queue {batch[index].queue!r} (nack)"),
+                indexes[offset],
+                PublishNotConfirmedError(f"RabbitMQ refused the publish to queue {items[offset].queue!r} (nack)"),
                 final=False,
             )
-            for index in sorted(nacked)
+            for offset in sorted(nacked)
         ]
         refusals += [
             StoreRefusal(
-                index,
+                indexes[offset],
                 PublishNotConfirmedError(
-                    f"RabbitMQ returned the publish to queue {batch[index].queue!r} as unroutable: the queue or "
+                    f"RabbitMQ returned the publish to queue {items[offset].queue!r} as unroutable: the queue or "
                     "its delay tier was deleted"
                 ),
                 final=False,
             )
-            for index in sorted(returned - nacked)
+            for offset in sorted(returned - nacked)
         ]
-        return refusals
+        return refusals, unanswered, closed
+
+    def _probe(
+        self, session: Session, batch: Sequence[_Outgoing], indexes: Sequence[int]
+    ) -> Iterator[tuple[int, PublishNotConfirmedError]]:
+        """Which of ``batch[i]`` the broker refuses by closing the channel with 406: each one published alone to
+        PROBE_ROUTING_KEY (not mandatory: routed nowhere, then dropped, so nothing is stored) and answered
+        before the next. Yields (index, the refusal, naming the broker's reason and no argument value).
+
+        A probe answered otherwise than with an ack or that 406 (a transport error, another close) drops the
+        connection and raises PublishNotConfirmedError: the rest are not known to be refused.
+        """
+        for index in indexes:
+            item = batch[index]
+            try:
+                session.publish_all([(item.message, "", PROBE_ROUTING_KEY)], CONFIRM_TIMEOUT, mandatory=False)
+            except PublishRefused as refused:
+                if refused.error.reply_code != PRECONDITION_FAILED:
+                    raise PublishNotConfirmedError(
+                        f"RabbitMQ closed the channel over a probe publish ({refused.error.reply_code} "
+                        f"{refused.error.reply_text}): which job it refused is unknown"
+                    ) from refused.error
+                yield (
+                    index,
+                    PublishNotConfirmedError(
+                        f"RabbitMQ refused the publish to queue {item.queue!r} for good ({refused.error.reply_code} "
+                        f"{refused.error.reply_text}): the job was not queued"
+                    ),
+                )
+            except Exception as exc:
+                self._discard(session)
+                raise PublishNotConfirmedError(
+                    f"RabbitMQ did not answer a probe publish ({type(exc).__name__}: {exc}): which job it refused "
+                    "is unknown"
+                ) from exc
 
     def _reject_buffered(self, session: Session, queue: str) -> int:
         """Remove the deliveries our consumer of ``queue`` received and no pop handed out; how many."""

@@ -99,6 +99,27 @@ def _ssl_options(params: ConnectionParams) -> dict[str, Any] | bool:
 
 
 _BASIC_PUBLISH: Final = spec.Basic.Publish
+#: A routing key no queue can have (the broker keeps ``amq.`` names to itself): a probe publish to it through
+#: the default exchange, not mandatory, passes the broker's checks of a message and is then dropped.
+PROBE_ROUTING_KEY: Final = "amq.kinetis-queue.probe"
+
+
+class PublishRefused(Exception):
+    """The broker closed the publisher channel over a publish of the batch (a channel error on ``basic.publish``:
+    406 for a message it refuses, say over ``max_message_size``; 404 for a missing exchange; 403 for one it may
+    not write to). The channel is open again, in confirm mode, on the same connection.
+
+    ``answered``: the batch offsets the broker confirmed or nacked before the close (``nacked`` among them). The
+    others have no answer and never will: those published before the refused one were taken and those after it
+    were dropped, and which one it was is not said.
+    """
+
+    def __init__(self, error: amqp.exceptions.ChannelError, answered: set[int], nacked: set[int]) -> None:
+        super().__init__(error)
+        self.error = error
+        self.answered = answered
+        self.nacked = nacked
+
 
 #: AMQP's frame type of a content header.
 _CONTENT_HEADER = 2
@@ -106,6 +127,8 @@ _CONTENT_HEADER = 2
 _HEADER_FIXED = 12
 #: Property flags announcing no property at all.
 _NO_PROPERTIES = b"\x00\x00"
+#: An AMQP frame's bytes around its payload: type (1), channel (2), size (4) and the frame-end octet.
+_FRAME_OVERHEAD = 8
 
 
 def tolerant_frame_handler(connection: Any, callback: Any, **kwargs: Any) -> Callable[[Any], Any]:
@@ -213,14 +236,17 @@ class Session:
 
     # -- publishing ---------------------------------------------------------------------------------
 
-    def publish_all(self, batch: Sequence[tuple[Any, str, str]], timeout: float) -> tuple[int, list[int]]:
+    def publish_all(
+        self, batch: Sequence[tuple[Any, str, str]], timeout: float, *, mandatory: bool = True
+    ) -> tuple[int, list[int]]:
         """Publish every ``(message, exchange, routing_key)`` (mandatory), then wait once for all the
         confirmations. Call under the lock.
 
         Returns the first sequence number used and those not confirmed: nacked, or unanswered when
         ``timeout`` ran out (then raises TimeoutError). Returned (unroutable) messages are in
         ``returned``, which this clears first. py-amqp's ``basic_publish_confirm`` waits for one
-        answer per publish; a batch waits for one round trip in all.
+        answer per publish; a batch waits for one round trip in all. A channel error on one of the
+        publishes raises PublishRefused, the connection still usable.
         """
         self.returned.clear()
         self.nacked.clear()
@@ -233,15 +259,45 @@ class Session:
             seq = self.next_seq
             self.next_seq += 1
             self.unconfirmed.add(seq)
-            send(_BASIC_PUBLISH, "Bssbb", (0, exchange, routing_key, True, False), message)
+            send(_BASIC_PUBLISH, "Bssbb", (0, exchange, routing_key, mandatory, False), message)
         last = self.next_seq - 1
         deadline = time.monotonic() + timeout
-        while any(seq <= last for seq in self.unconfirmed):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"{sum(1 for seq in self.unconfirmed if seq <= last)} publishes unanswered")
-            self.connection.drain_events(timeout=left)
+        try:
+            while any(seq <= last for seq in self.unconfirmed):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{sum(1 for seq in self.unconfirmed if seq <= last)} publishes unanswered")
+                self.connection.drain_events(timeout=left)
+        except amqp.exceptions.ChannelError as exc:
+            # Only the publisher channel publishes. py-amqp answered the close and opened the channel again
+            # (without confirm mode); anything else (the connection closing, the reopening failing) raised
+            # something else, and the caller drops the connection.
+            if exc.method_sig != _BASIC_PUBLISH or not self.publisher.is_open or not self.connection.connected:
+                raise
+            answered = {seq - first for seq in range(first, last + 1) if seq not in self.unconfirmed}
+            nacked = {seq - first for seq in self.nacked if first <= seq <= last}
+            self._confirm_again()
+            raise PublishRefused(exc, answered, nacked) from exc
         return first, sorted(self.nacked)
+
+    def _confirm_again(self) -> None:
+        """Put the publisher channel the broker closed (and py-amqp opened again) back in confirm mode: the
+        broker numbers its publishes from 1 again, and no answer to the old channel's will come."""
+        self.unconfirmed.clear()
+        self.nacked.clear()
+        self.next_seq = 1
+        self.publisher.confirm_select()
+
+    def header_size(self, message: Any) -> int | None:
+        """The size of ``message``'s content header when it does not fit in one frame (None: it fits).
+
+        AMQP never splits a content header (the properties, the headers table above all): the broker
+        closes the whole connection over one larger than the negotiated frame_max (501 FRAME_ERROR,
+        frame_too_large), so such a message must not be sent. py-amqp serializes the properties the
+        same way when it writes the frame.
+        """
+        size = _HEADER_FIXED + len(message._serialize_properties())
+        return size if size > self.connection.frame_max - _FRAME_OVERHEAD else None
 
     # -- consumers ----------------------------------------------------------------------------------
 
