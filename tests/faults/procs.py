@@ -42,6 +42,7 @@ def env(
     port: int | None = None,
     heartbeat: int | None = None,
     prefetch_hold: float | None = None,
+    registry_interval: float | None = None,
 ) -> dict[str, str]:
     """The environment of a worker subprocess of the current test."""
     result = {
@@ -65,6 +66,7 @@ def env(
         "KQ_PORT",
         "KQ_HEARTBEAT",
         "KQ_PREFETCH_HOLD",
+        "KQ_REGISTRY_INTERVAL",
     ):
         result.pop(key, None)
     if crashpoint:
@@ -79,6 +81,8 @@ def env(
         result["KQ_HEARTBEAT"] = str(heartbeat)
     if prefetch_hold is not None:
         result["KQ_PREFETCH_HOLD"] = str(prefetch_hold)
+    if registry_interval is not None:
+        result["KQ_REGISTRY_INTERVAL"] = str(registry_interval)
     if faketime:
         if not FAKETIME_LIBS:
             raise RuntimeError("libfaketime is missing: run scripts/system-deps.sh (apt-get install faketime)")
