@@ -149,7 +149,7 @@ def test_sigterm_while_a_pool_thread_starts_gives_back_every_delivery_not_handed
     started = set(cj.STARTED)
     assert len(started) >= 3 and worker.processed == len(started)
     assert [name for name, _ in outcomes] == ["job_succeeded"] * len(started)
-    left = remaining(connection, queue_name) + remaining(connection, second)
+    left = remaining(connection, queue_name, second)
     assert {ids[job.id] for job in left} == set(ids.values()) - started  # none lost, none still held
     if type(connection)._unreserve is not Queue._unreserve:
         assert {job.attempts for job in left} <= {1}
