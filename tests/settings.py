@@ -192,7 +192,7 @@ KINETIS_QUEUE = {
         "tests.core.test_job_timeout_edges",
         "tests.core.test_worker_edges",
         "tests.core.test_worker_parts",
-        "tests.faults.test_fuzz",
+        "tests.faults.fuzz_jobs",
         "tests.operator.test_worker_command_lines",
         *(["tests.task_defs"] if any(find_spec(name) for name in ("django.tasks", "django_tasks")) else []),
         # @task(**options) needs Django 6.1's task_class forwarding (tests/task_option_defs.py).

@@ -42,6 +42,7 @@ def env(
     port: int | None = None,
     heartbeat: int | None = None,
     prefetch_hold: float | None = None,
+    registry_interval: float | None = None,
 ) -> dict[str, str]:
     """The environment of a worker subprocess of the current test."""
     result = {
@@ -65,6 +66,7 @@ def env(
         "KQ_PORT",
         "KQ_HEARTBEAT",
         "KQ_PREFETCH_HOLD",
+        "KQ_REGISTRY_INTERVAL",
     ):
         result.pop(key, None)
     if crashpoint:
@@ -79,6 +81,8 @@ def env(
         result["KQ_HEARTBEAT"] = str(heartbeat)
     if prefetch_hold is not None:
         result["KQ_PREFETCH_HOLD"] = str(prefetch_hold)
+    if registry_interval is not None:
+        result["KQ_REGISTRY_INTERVAL"] = str(registry_interval)
     if faketime:
         if not FAKETIME_LIBS:
             raise RuntimeError("libfaketime is missing: run scripts/system-deps.sh (apt-get install faketime)")
@@ -128,6 +132,23 @@ def stop(process: subprocess.Popen[bytes], timeout: float = 30) -> int:
         except subprocess.TimeoutExpired:
             process.kill()
     return process.wait(timeout=30)
+
+
+def stop_all(processes: Sequence[subprocess.Popen[bytes]], timeout: float = 30) -> list[int]:
+    """stop() several processes at once: one SIGTERM each first, so their stops overlap (each waits out its
+    poll); then SIGKILL any still running ``timeout`` seconds later. The exit statuses, in order."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    statuses = []
+    for process in processes:
+        try:
+            statuses.append(process.wait(timeout=max(0.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            statuses.append(process.wait(timeout=30))
+    return statuses
 
 
 class Pool:

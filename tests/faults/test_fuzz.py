@@ -26,66 +26,26 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
-from enum import Enum
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinetis_queue import Job, Sensitive
+from kinetis_queue import Job
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.exceptions import MalformedQueuedJobDataError, UnserializableJobError
 from kinetis_queue.job import job_class_path
 from kinetis_queue.serializer import MAX_DEPTH, MAX_INT_DIGITS, deserialize_job, serialize_job
 from tests.core.test_serializer import SECRET, MyDatetime, Opaque, assert_same, located, nested
 from tests.faults import checker, stores
+from tests.faults.fuzz_jobs import RAN, Guarded, Payload, Shade, Size
 from tests.support.backends import Backend
 from tests.unpushable_jobs import Forgetful, StarArgs
 
 pytestmark = pytest.mark.fault
 
-# -- jobs ------------------------------------------------------------------------------------------
-
-
-class Shade(Enum):
-    LIGHT = "light"
-    DARK = "dark"
-
-
-class Size(Enum):
-    SMALL = 1
-    LARGE = 2
-
-
-#: Jobs a sync push ran, in this process.
-RAN: list[Job] = []
-
-
-class Payload(Job):
-    """Any JSON value, plus the two kinds restored from annotations."""
-
-    def __init__(
-        self, value: Any, shade: Shade = Shade.LIGHT, size: Size | None = None, at: datetime | None = None
-    ) -> None:
-        self.value = value
-        self.shade = shade
-        self.size = size
-        self.at = at
-
-    def handle(self) -> None:
-        RAN.append(self)
-
-
-class Guarded(Job):
-    """A plain argument and a Sensitive one."""
-
-    def __init__(self, note: Any = None, token: Annotated[Any, Sensitive] = None) -> None:
-        self.note = note
-        self.token = token
-
-    def handle(self) -> None:
-        RAN.append(self)
+# The jobs (Payload, Guarded and their enums) live in tests/faults/fuzz_jobs.py.
 
 
 # -- H1: accept and round-trip ---------------------------------------------------------------------

@@ -13,6 +13,7 @@ Test knobs, read from the environment:
 - ``KQ_HEARTBEAT``: the AMQP heartbeat interval of every RabbitMQ connection, in seconds;
 - ``KQ_PREFETCH_HOLD``: seconds a delivery reserved ahead waits for a slot before it is given back
   (kinetis_queue.dispatcher.PREFETCH_HOLD), so that a scenario can keep one held until its stop;
+- ``KQ_REGISTRY_INTERVAL``: how often the worker writes its registry row, in seconds (5 in production);
 - ``KQ_CRASHPOINT``: read by ``kinetis_queue.crashpoints`` itself.
 """
 
@@ -169,6 +170,11 @@ def _apply_knobs() -> None:
         from kinetis_queue import dispatcher
 
         dispatcher.PREFETCH_HOLD = float(hold)  # type: ignore[misc]
+    registry_interval = os.environ.get("KQ_REGISTRY_INTERVAL")
+    if registry_interval:  # read by each write (the row's next one is due this long after)
+        from kinetis_queue.observability import registry
+
+        registry.INTERVAL = float(registry_interval)  # type: ignore[misc]
     if os.environ.get("KQ_NO_RENEWAL") == "1":
         from kinetis_queue.heartbeat import Heartbeat
 

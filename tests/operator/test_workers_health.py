@@ -32,25 +32,28 @@ def _empty_registry() -> None:
     WorkerRecord.objects.all().delete()
 
 
-def _registry() -> list[dict[str, Any]]:
+def _registry(*options: str) -> list[dict[str, Any]]:
+    """queue_workers --json; without --connection it reads every connection's store figures (seconds)."""
     out = io.StringIO()
-    call_command("queue_workers", "--json", stdout=out)
+    call_command("queue_workers", "--json", *options, stdout=out)
     return json.loads(out.getvalue())["workers"]  # type: ignore[no-any-return]
 
 
 def _worker(tmp_path: Path, queue_name: str) -> subprocess.Popen[bytes]:
+    """queue_work (through tests.faults.worker, for its knob) writing its registry row every 0.5 s, not every
+    5 s: the test awaits two rows (a job running, then none), and the interval is not what it asserts."""
     command = [
         sys.executable,
         "-m",
-        "django",
-        "queue_work",
+        "tests.faults.worker",
         "--connection=sqlite",
         f"--queue={queue_name}",
         "--concurrency=2",
     ]
     log = open(tmp_path / f"worker-{uuid.uuid4().hex[:6]}.log", "wb")
     try:
-        return subprocess.Popen(command, env=procs.env(tmp_path), cwd=procs.ROOT, stdout=log, stderr=log)
+        env = procs.env(tmp_path, registry_interval=0.5)
+        return subprocess.Popen(command, env=env, cwd=procs.ROOT, stdout=log, stderr=log)
     finally:
         log.close()
 
@@ -62,7 +65,9 @@ def test_a_worker_registers_what_it_runs_and_leaves_the_registry_when_it_stops(t
     try:
         queues["sqlite"].push(jobs.SignalsWhileRunning(marker, release, done), queue=queue_name)
         wait_until(lambda: Path(marker).exists(), 60)
-        [entry] = wait_until(lambda: [w for w in _registry() if w["running"]], 30)
+        # Awaited on the worker's connection alone (quick to read), then read once as the test always did.
+        wait_until(lambda: [w for w in _registry("--connection=sqlite") if w["running"]], 30)
+        [entry] = [w for w in _registry() if w["running"]]
         assert (entry["connection"], entry["queues"], entry["concurrency"], entry["state"]) == (
             "sqlite",
             [queue_name],
@@ -73,7 +78,9 @@ def test_a_worker_registers_what_it_runs_and_leaves_the_registry_when_it_stops(t
         assert [job["job"] for job in entry["running"]] == ["tests.jobs.SignalsWhileRunning"]
         assert "marker" not in json.dumps(entry)  # names, never arguments
         Path(release).touch()
-        wait_until(lambda: [w for w in _registry() if w["processed"] == 1 and not w["running"]], 30)
+        wait_until(
+            lambda: [w for w in _registry("--connection=sqlite") if w["processed"] == 1 and not w["running"]], 30
+        )
         out = io.StringIO()
         call_command("queue_health", "--connection=sqlite", stdout=out)
         assert out.getvalue() == "sqlite: ok (1 worker(s))\n"

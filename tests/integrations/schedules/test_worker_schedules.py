@@ -70,7 +70,7 @@ def test_two_workers_fire_each_tick_once(tmp_path: Path, queue_name: str) -> Non
         last = first + 5
         wait_until(lambda: time.time() > last + 1.5, 30)
     finally:
-        exits = [procs.stop(worker) for worker in workers]
+        exits = procs.stop_all(workers)
 
     counts = Counter(_pushed(queue_name))
     per_tick = [counts[tick_job_id(schedule, tick)] for tick in range(first, last + 1)]
