@@ -142,8 +142,12 @@ def test_sigterm_lets_running_jobs_finish_and_gives_back_the_prefetched(
     assert {ids[job.id] for job in reserved} - started == {ids[job.id] for job in given_back}
     if concurrency == 1 and backend.atomic_reserve:
         # Reservations of 1, 2, 4 then 8 (1 + the jobs finished): the 10th job ran with 5 held behind it.
-        # (SQS may answer a receive with fewer messages than it holds, so it may hold fewer.)
-        assert len(given_back) == 5
+        # (SQS may answer a receive with fewer messages than it holds, and RabbitMQ's pop_many() returns what
+        # its consumer has received so far, which under load may be fewer than asked: they may hold fewer.)
+        if backend.recovers_by == "connection":
+            assert len(given_back) <= 5
+        else:
+            assert len(given_back) == 5
     left = remaining(connection, queue_name)
     assert {ids[job.id] for job in left} == set(ids.values()) - started
     if type(connection)._unreserve is not Queue._unreserve:
