@@ -20,6 +20,7 @@ from hypothesis import settings as hypothesis_settings
 from kinetis_queue import connections as queue_connections
 from kinetis_queue.worker import Worker
 from tests import jobs
+from tests.support import rabbitmq_leaks, stray_logs
 from tests.support.backends import Backend, outside_row_scope
 from tests.support.fixtures import (  # noqa: F401  (pytest finds fixtures in conftest.py)
     backend,
@@ -35,6 +36,7 @@ from tests.support.fixtures import (  # noqa: F401  (pytest finds fixtures in co
     redis_sentinels,
     sqs_queues,
 )
+from tests.support.rabbitmq_leaks import _rabbitmq_shared_queues_deleted  # noqa: F401  (an autouse fixture)
 
 SERVICES = {
     "PostgreSQL": ("127.0.0.1", 5432, "make services (pg_ctlcluster --skip-systemctl-redirect <version> main start)"),
@@ -78,6 +80,15 @@ if importlib.util.find_spec("django.tasks") is None:
         "integrations/test_tasks_signals.py",
         "integrations/test_tasks_results.py",
     ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The hygiene checks (issue 28), as plugins of their own: a stray ERROR log record fails its test
+    (tests/support/stray_logs.py); a RabbitMQ queue a test left behind fails it or the run
+    (tests/support/rabbitmq_leaks.py)."""
+    for plugin in (stray_logs, rabbitmq_leaks):
+        if not config.pluginmanager.is_registered(plugin):
+            config.pluginmanager.register(plugin, f"kq-{plugin.__name__.rsplit('.', 1)[-1]}")
 
 
 def _probe(name: str) -> None:

@@ -67,6 +67,7 @@ def unreachable(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.mark.parametrize("unreachable", ["postgres", "mariadb", "redis", "sqs", "rabbitmq"], indirect=True)
+@pytest.mark.logs_errors("django.request")
 def test_an_untrusted_health_answer_gives_reason_codes_and_no_store_error_text(unreachable: str) -> None:
     url = f"/queue/health/?connection={unreachable}&workers=0"
     anonymous = Client().get(url)
@@ -85,6 +86,7 @@ def test_an_untrusted_health_answer_gives_reason_codes_and_no_store_error_text(u
     assert details["problems"][0].startswith("the store does not answer: ")  # the text: to the trusted only
 
 
+@pytest.mark.logs_errors("django.request")
 def test_an_untrusted_health_answer_to_a_bad_setting_is_its_code_alone() -> None:
     with _also(ENDPOINTS={"TOKEN": "short"}):
         answer = Client().get("/queue/health/", HTTP_AUTHORIZATION="Bearer short")
