@@ -83,9 +83,16 @@ if importlib.util.find_spec("django.tasks") is None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The hygiene checks (issue 28), as plugins of their own: a stray ERROR log record fails its test
-    (tests/support/stray_logs.py); a RabbitMQ queue a test left behind fails it or the run
-    (tests/support/rabbitmq_leaks.py)."""
+    """The hygiene checks (issue 28), as plugins of their own.
+
+    tests/support/stray_logs.py: a log record at ERROR or above fails the test running when it arrives (a
+    late one from a thread an earlier test left running included), unless the test takes ``caplog``, is
+    marked ``@pytest.mark.logs_errors("logger.name", ...)`` naming the loggers it provokes on purpose, or
+    provokes it inside ``with expected_errors("logger.name"):`` (for fixtures). Fix the source (stop the
+    worker or loop the test started) rather than exempting a test.
+    tests/support/rabbitmq_leaks.py: a RabbitMQ queue a test declared and left fails the test (declared in
+    this process) or the run (declared by a subprocess, under a queue_name of this session).
+    """
     for plugin in (stray_logs, rabbitmq_leaks):
         if not config.pluginmanager.is_registered(plugin):
             config.pluginmanager.register(plugin, f"kq-{plugin.__name__.rsplit('.', 1)[-1]}")
