@@ -117,6 +117,7 @@ def test_metrics_are_closed_by_default_and_open_to_the_configured_token_or_addre
         assert client.get("/queue/metrics/", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 404
 
 
+@pytest.mark.logs_errors("django.request")  # a row whose store reads as unhealthy answers 503, logged
 def test_two_health_gets_within_the_window_compute_once_and_the_second_reads_nothing(
     connection: Queue, backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
