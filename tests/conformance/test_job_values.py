@@ -135,6 +135,7 @@ def test_model_and_typed_values_reach_handle_as_pushed(
 
 
 @pytest.mark.trait("stores_jobs")
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_row_deleted_before_the_worker_runs_fails_at_once_naming_model_and_key(
     connection: Queue, queue_name: str, user: User, outcomes: list
 ) -> None:
@@ -196,6 +197,7 @@ def test_delete_when_missing_models_acks_the_job_without_running_it_and_frees_it
 
 @pytest.mark.trait("stores_jobs")
 @pytest.mark.parametrize("unknown", ["alias", "version"])
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_value_type_the_worker_does_not_register_is_malformed_and_reported(
     connection: Queue, queue_name: str, user: User, outcomes: list, monkeypatch: pytest.MonkeyPatch, unknown: str
 ) -> None:

@@ -132,6 +132,7 @@ def test_a_callable_key_limits_per_value(connection: Queue, queue_name: str) -> 
         store.release(slot)
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_key_that_raises_is_the_jobs_own_failure_without_its_message(connection: Queue, queue_name: str) -> None:
     connection.push(jobs.KeyRaises(), queue=queue_name, max_attempts=1)
     reports: list[JobReport] = []

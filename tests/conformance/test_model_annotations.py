@@ -98,6 +98,7 @@ def test_a_parameter_annotated_with_the_generic_model_is_refused_at_push(
 
 
 @pytest.mark.trait("stores_jobs")
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_forged_reference_for_a_generic_model_parameter_loads_nothing_and_fails_the_job(
     connection: Queue, backend: Backend, queue_name: str, user: User
 ) -> None:
@@ -111,6 +112,7 @@ def test_a_forged_reference_for_a_generic_model_parameter_loads_nothing_and_fail
 
 
 @pytest.mark.trait("stores_jobs")
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_forged_reference_to_another_model_loads_nothing_and_fails_the_job(
     connection: Queue, backend: Backend, queue_name: str, user: User
 ) -> None:

@@ -60,6 +60,7 @@ def _work_one(connection: Queue, queue_name: str, job_id: str) -> tuple[str, str
 
 
 @pytest.mark.trait("stores_jobs")
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_stored_class_in_an_unimported_module_fails_the_job_and_is_never_imported(
     connection: Queue, backend: Backend, queue_name: str
 ) -> None:
@@ -73,6 +74,7 @@ def test_a_stored_class_in_an_unimported_module_fails_the_job_and_is_never_impor
     assert "KINETIS_QUEUE['IMPORTS']" in message
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_receiver_in_an_unimported_module_fails_the_job_and_is_never_imported(
     connection: Queue, backend: Backend, queue_name: str
 ) -> None:
@@ -85,6 +87,7 @@ def test_a_receiver_in_an_unimported_module_fails_the_job_and_is_never_imported(
     assert SECRET not in message
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_task_in_an_unimported_module_fails_the_job_and_is_never_imported(
     connection: Queue, backend: Backend, queue_name: str
 ) -> None:

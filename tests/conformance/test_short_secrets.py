@@ -49,6 +49,7 @@ def test_a_short_sensitive_value_quoted_by_the_exception_withholds_the_text(
 
 
 @pytest.mark.trait("stores_jobs")
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_long_sensitive_value_is_still_redacted_in_place(connection: Queue, queue_name: str) -> None:
     job_id = connection.push(operator_jobs.LeaksSecret("visible-label", "s3cret"), queue=queue_name, max_attempts=1)
     worker = Worker(connection)

@@ -70,6 +70,7 @@ def test_once_the_holder_settles_the_next_push_is_a_new_job(connection: Queue, q
 
 
 @pytest.mark.trait("stores_jobs")
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_final_failure_frees_the_key_and_a_retry_keeps_it(connection: Queue, queue_name: str) -> None:
     def fail(context: JobContext) -> None:
         raise RuntimeError("deliberate")
@@ -262,6 +263,7 @@ def _naming_lock_database(connection: Queue, queue_name: str, job: Any, database
 
 @pytest.mark.trait("stores_jobs")
 @pytest.mark.parametrize("job_class", [jobs.Unique, jobs.UniqueUntilStarted], ids=["settled", "started"])
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_lock_naming_a_database_the_worker_does_not_keep_locks_in_fails_the_job_once_recorded(
     connection: Queue, queue_name: str, job_class: type[jobs.Unique]
 ) -> None:

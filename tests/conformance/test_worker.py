@@ -54,6 +54,7 @@ def test_empty_pop_processes_nothing(connection: Queue, queue_name: str, outcome
     assert outcomes == []
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_failing_job_is_retried_up_to_its_cap_then_recorded_and_failed(
     connection: Queue, queue_name: str, outcomes: list
 ) -> None:
@@ -78,6 +79,7 @@ def test_a_failing_job_is_retried_up_to_its_cap_then_recorded_and_failed(
 
 
 @pytest.mark.parametrize("cap", [0, 1])
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_with_a_cap_of_0_or_1_a_failing_job_is_never_retried(
     connection: Queue, queue_name: str, outcomes: list, cap: int
 ) -> None:
@@ -89,6 +91,7 @@ def test_with_a_cap_of_0_or_1_a_failing_job_is_never_retried(
     assert connection.size(queue_name) == 0
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_the_worker_default_cap_applies_when_the_job_has_none(
     connection: Queue, queue_name: str, outcomes: list
 ) -> None:
@@ -124,6 +127,7 @@ def test_retry_delay_formula() -> None:
 
 
 @pytest.mark.trait("recovers_by_timeout")
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_recorder_error_propagates_and_settles_nothing(connection: Queue, queue_name: str, outcomes: list) -> None:
     """Contract: an exception from record() propagates and nothing is settled."""
 
@@ -145,6 +149,7 @@ def test_a_recorder_error_propagates_and_settles_nothing(connection: Queue, queu
 
 @pytest.mark.trait("fenced")
 @pytest.mark.parametrize("fails", [False, True], ids=["ack", "fail"])
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_stale_settlement_is_reported_as_lost_and_the_loop_goes_on(
     connection: Queue, queue_name: str, outcomes: list, backend: Backend, fails: bool
 ) -> None:
@@ -167,6 +172,7 @@ def test_a_stale_settlement_is_reported_as_lost_and_the_loop_goes_on(
     assert (lost["exception"] is not None) is fails
 
 
+@pytest.mark.logs_errors("django.dispatch", "kinetis_queue.worker")
 def test_a_raising_receiver_never_changes_the_outcome(connection: Queue, queue_name: str, outcomes: list) -> None:
     """Contract: Observers never decide or rewrite the outcome."""
 
@@ -204,6 +210,7 @@ class BadHandle(Job):
     ],
     ids=["unknown-class", "not-a-job", "unknown-argument", "missing-argument", "scalar-handle-parameter"],
 )
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_job_that_cannot_be_rebuilt_or_called_is_the_jobs_own_failure(
     connection: Queue, queue_name: str, outcomes: list, backend: Backend, job_class: str, args: dict, error: type
 ) -> None:
@@ -304,6 +311,7 @@ def _probe_pop(connection: Queue, queue_name: str) -> object:
     return result[0]
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_job_leaves_no_transaction_or_translation_behind(connection: Queue, queue_name: str, outcomes: list) -> None:
     """Per-job hygiene: nothing from one job leaks into the next."""
     states: list[tuple[bool, str | None, str]] = []
@@ -334,6 +342,7 @@ def test_a_job_leaves_no_transaction_or_translation_behind(connection: Queue, qu
     assert names(outcomes) == ["job_succeeded", "job_succeeded"]
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_final_failure_inside_a_transaction_the_job_left_open_is_still_recorded(
     connection: Queue, queue_name: str, outcomes: list
 ) -> None:

@@ -154,6 +154,7 @@ def test_sigterm_lets_running_jobs_finish_and_gives_back_the_prefetched(
         assert {job.attempts for job in left} == {1}
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_timeout_off_the_main_thread_settles_the_delivery_and_abandons_its_thread(
     connection: Queue, queue_name: str, outcomes: list
 ) -> None:
@@ -204,6 +205,7 @@ def test_async_jobs_run_together_on_one_event_loop(connection: Queue, queue_name
 
 
 @pytest.mark.parametrize("concurrency", [1, 8])
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_an_async_job_past_its_timeout_is_cancelled(
     connection: Queue, queue_name: str, outcomes: list, concurrency: int
 ) -> None:

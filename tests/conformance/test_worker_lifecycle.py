@@ -215,6 +215,7 @@ def test_a_worker_driven_by_process_next_stops_its_background_refresh_when_its_w
     worker.close()  # once more: nothing left to do, nothing raised
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_the_thread_of_a_timed_out_job_runs_its_next_job_without_what_the_first_one_set(
     connection: Queue, queue_name: str, outcomes: list, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -53,6 +53,7 @@ KINDS = ["SystemExit", "KeyboardInterrupt", "GeneratorExit", "CustomBase"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_base_exception_from_handle_is_the_jobs_own_failure(
     connection: Queue, queue_name: str, outcomes: list, kind: str
 ) -> None:
@@ -74,6 +75,7 @@ def test_a_base_exception_from_handle_is_the_jobs_own_failure(
     assert connection.pop(0.1, [queue_name]) is None
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_system_exit_from_init_on_reconstruction_is_the_jobs_own_failure(
     connection: Queue, queue_name: str, outcomes: list
 ) -> None:
@@ -90,6 +92,7 @@ def test_system_exit_from_init_on_reconstruction_is_the_jobs_own_failure(
     assert connection.size(queue_name) == 0
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_stored_class_whose_module_would_raise_system_exit_is_never_imported(
     connection: Queue, queue_name: str, outcomes: list, backend: Backend
 ) -> None:
@@ -171,6 +174,7 @@ def _assert_clean(outcomes: list[tuple[str, dict[str, Any]]], secret: str) -> No
         assert shown["job"].handle is None or leaks(repr(shown["job"].handle), secret) == []
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_receivers_get_no_argument_value_on_success_release_and_failure(
     connection: Queue, queue_name: str, outcomes: list
 ) -> None:
@@ -225,6 +229,7 @@ def test_a_lost_settlement_reports_no_argument_value(
 
 
 @pytest.mark.parametrize("kind", ["nul", "surrogate", "controls", "huge", "unprintable"])
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_an_exception_text_no_database_stores_is_recorded_escaped(
     connection: Queue, queue_name: str, outcomes: list, kind: str
 ) -> None:

@@ -65,6 +65,7 @@ def test_a_chain_runs_its_members_in_order(connection: Queue, queue_name: str) -
     assert (status["state"], status["succeeded"], status["total"]) == ("succeeded", 3, 3)
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_member_that_fails_for_good_stops_the_chain(connection: Queue, queue_name: str) -> None:
     handle = chain(
         [jobs.Records("one"), jobs.Fails("two"), jobs.Records("three")],
@@ -101,6 +102,7 @@ def test_a_batch_runs_every_member_and_fires_on_success_and_on_complete_once(
     assert status["callbacks"] == {"on_success": "succeeded", "on_failure": "skipped", "on_complete": "succeeded"}
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_failing_member_fires_on_failure_once_and_on_complete_when_all_settled(
     connection: Queue, queue_name: str
 ) -> None:

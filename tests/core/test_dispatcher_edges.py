@@ -175,6 +175,7 @@ def test_a_give_back_refused_as_stale_at_the_stop_is_logged_and_the_worker_stops
     assert queue.ack_many([job for job in again if job is not None]) == [None, None, None]
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_an_error_met_while_every_slot_is_busy_stops_the_loop(queue: Queue, queue_name: str) -> None:
     """Both slots hold a job past its --timeout; the watchdog's settlement meets a recorder whose store
     is down. The main thread, waiting for a free slot, raises it instead of waiting on."""

@@ -32,6 +32,7 @@ def queue() -> Queue:
     return queues["sqlite"]
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_the_interrupt_is_raised_once_and_a_later_alarm_is_ignored(queue: Queue, queue_name: str) -> None:
     """A job that swallows its interrupt still fails with JobTimeoutError; no second interrupt lands in it."""
     jobs.CALLS.clear()

@@ -126,6 +126,7 @@ class RaisesOddModuleError(Job):
         raise OddModuleError("boom")
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_an_exception_class_whose_module_has_no_text_is_recorded_by_its_qualified_name(
     queue: Queue, queue_name: str
 ) -> None:

@@ -91,6 +91,7 @@ def test_run_coroutine_raises_a_cancellation_the_coroutine_raised_itself() -> No
 
 
 @pytest.mark.parametrize("concurrency", [1, 2])
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_an_async_job_that_raises_cancelled_error_fails_its_attempt_and_the_worker_goes_on(
     queue: Queue, queue_name: str, concurrency: int
 ) -> None:
@@ -110,6 +111,7 @@ def test_an_async_job_that_raises_cancelled_error_fails_its_attempt_and_the_work
     assert queue.size(queue_name) == 0
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_job_timeout_and_reporter_set_after_construction_take_effect(queue: Queue, queue_name: str) -> None:
     queue.push(WaitsLong(), queue=queue_name, max_attempts=1)
     worker = Worker(queue, recorder=None)

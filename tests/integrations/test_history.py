@@ -72,6 +72,7 @@ def _counts(queue: str) -> history.Counts:
     return history.totals("sqlite")[("sqlite", queue)]
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_workers_deliveries_and_the_pushes_are_counted_per_minute_queue_and_class(
     recorded: None, queue_name: str
 ) -> None:

@@ -67,6 +67,7 @@ def _sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_metrics_count_pushes_and_deliveries_by_outcome_with_a_duration(observed: None, queue_name: str) -> None:
     labels = {"connection": "sqlite", "queue": queue_name, "job": "tests.jobs.Fails"}
     queues["sqlite"].push(jobs.Fails("x", token=SECRET), queue=queue_name, max_attempts=2)
@@ -100,6 +101,7 @@ def test_queue_work_serves_its_metrics_on_a_port_and_refuses_one_without_metrics
         call_command("queue_work", "--connection=sqlite", "--once", "--metrics-port=1")
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_push_and_its_attempts_share_a_trace_and_a_retry_is_another_child(observed: None, queue_name: str) -> None:
     tracer = trace.get_tracer("tests")
     with tracer.start_as_current_span("request") as request:
@@ -173,6 +175,7 @@ def test_the_correlation_id_travels_from_the_request_to_the_job_and_its_pushes(
     assert records and {getattr(r, "correlation_id", None) for r in records} == {"req-123"}  # the child's too
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_job_log_writes_one_json_record_per_delivery_without_argument_values(observed: None, queue_name: str) -> None:
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

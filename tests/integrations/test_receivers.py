@@ -95,6 +95,7 @@ def test_a_failing_receiver_is_retried_and_recorded_with_its_arguments_redacted(
     assert shown == {"receiver": "tests.operator_receivers.refund_card", "sender": "checkout", "kwargs": "[redacted]"}
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_payload_naming_an_unregistered_function_is_never_called() -> None:
     r.order_placed.send(Shop, order_id=1)
     with db_connections["default"].cursor() as cursor:

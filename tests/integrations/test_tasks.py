@@ -120,6 +120,7 @@ def test_arguments_without_a_json_round_trip_are_rejected_before_anything_is_sto
     assert queues["sqlite"].size(tq) == 0
 
 
+@pytest.mark.logs_errors("django.tasks", "kinetis_queue.worker")
 def test_a_failing_task_is_retried_then_failed_with_one_error_per_attempt(tq: str, events: list) -> None:
     result = task_defs.explode.using(queue_name=tq).enqueue()
     work(tq, default_max_attempts=2)
@@ -152,6 +153,7 @@ def test_an_async_task_runs(tq: str) -> None:
     assert result.return_value == 42
 
 
+@pytest.mark.logs_errors("django.tasks")
 def test_a_return_value_that_cannot_be_stored_is_a_final_failure_not_a_retry(tq: str) -> None:
     result = task_defs.returns_unstorable.using(queue_name=tq).enqueue()
     work(tq, default_max_attempts=5)
@@ -409,6 +411,7 @@ def test_a_delivery_whose_result_row_is_not_visible_is_snoozed_then_runs_once_it
 
 
 @pytest.mark.trait("stores_jobs")
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_result_row_that_never_appears_fails_the_delivery_with_the_reason(
     connection: Queue, backend: Backend, tq: str
 ) -> None:
@@ -430,6 +433,7 @@ def test_a_result_row_that_never_appears_fails_the_delivery_with_the_reason(
     assert task_defs.SEEN == []
 
 
+@pytest.mark.logs_errors("django.tasks", "kinetis_queue.dispatch")
 def test_a_push_that_fails_after_the_commit_fails_the_result_and_keeps_later_hooks(tq: str) -> None:
     from django.conf import settings
 
@@ -456,6 +460,7 @@ def test_a_push_that_fails_after_the_commit_fails_the_result_and_keeps_later_hoo
 
 @pytest.mark.trait("stores_jobs")
 @pytest.mark.parametrize("how", ["queue_retry", "failed.retry"])
+@pytest.mark.logs_errors("django.tasks", "kinetis_queue.worker")
 def test_retrying_a_task_that_failed_for_good_runs_it_again_and_keeps_its_history(
     connection: Queue, backend: Backend, tq: str, how: str
 ) -> None:

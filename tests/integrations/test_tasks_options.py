@@ -137,6 +137,7 @@ def test_run_after_stays_dynamic_as_django_defines_it() -> None:
 
 
 @pytest.mark.trait("stores_jobs")
+@pytest.mark.logs_errors("django.tasks", "kinetis_queue.worker")
 def test_max_attempts_replaces_the_workers_cap(tq: str, run: Run) -> None:
     result = defs.always_fails.using(queue_name=tq).enqueue()
     first = run.step(tq)
@@ -185,6 +186,7 @@ def test_the_retry_rule_in_a_jobs_metadata_doubles_or_stays_fixed() -> None:
 
 
 @pytest.mark.trait("stores_jobs")
+@pytest.mark.logs_errors("django.tasks", "kinetis_queue.worker")
 def test_timeout_limits_each_attempt_in_place_of_the_workers(connection: Queue, backend: Backend, tq: str) -> None:
     run = Run(connection, backend, job_timeout=300)
     try:
@@ -284,6 +286,7 @@ RETRY_PATHS = pytest.mark.parametrize("via", ["queue_retry", "admin"])
 
 @pytest.mark.trait("stores_jobs")
 @RETRY_PATHS
+@pytest.mark.logs_errors("django.tasks", "kinetis_queue.worker")
 def test_a_retried_task_keeps_its_timeout(connection: Queue, backend: Backend, tq: str, via: str) -> None:
     """@task(timeout=0.5) on a worker whose own limit is 300 s: the retried attempt is interrupted too."""
     run = Run(connection, backend, job_timeout=300)
@@ -300,6 +303,7 @@ def test_a_retried_task_keeps_its_timeout(connection: Queue, backend: Backend, t
 
 @pytest.mark.trait("stores_jobs")
 @RETRY_PATHS
+@pytest.mark.logs_errors("django.tasks", "kinetis_queue.worker")
 def test_a_retried_task_keeps_its_retry_delay_and_max_attempts(
     connection: Queue, backend: Backend, tq: str, via: str
 ) -> None:

@@ -70,6 +70,7 @@ def test_a_schedule_can_name_the_prune_job_and_it_prunes_what_the_command_would(
     assert remaining(queue_name) == {"recent", "waiting"}  # finished 50 h ago: gone, whatever the outcome
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_the_prune_job_refuses_a_bad_age(queue_name: str) -> None:
     results_of_ages(queue_name)
     queues["sqlite"].push(PruneTaskResults(hours=-1), queue=queue_name)

@@ -119,6 +119,7 @@ def test_a_task_retried_once_sends_started_per_attempt_and_finished_once(
 
 
 @pytest.mark.trait("stores_jobs")
+@pytest.mark.logs_errors("django.tasks", "kinetis_queue.worker")
 def test_a_task_that_fails_for_good_sends_finished_once_failed(
     connection: Queue, backend: Backend, tq: str, sent: list[Sent]
 ) -> None:

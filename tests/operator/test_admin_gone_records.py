@@ -23,6 +23,7 @@ from kinetis_queue.models import FailedJob
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.operator.test_admin import client_for
+from tests.support.stray_logs import expected_errors
 
 GONE = 2_000_000_000
 
@@ -46,7 +47,8 @@ def record(queue_name: str) -> FailedJob:
     job_id = queue.push(jobs.Fails("gone-label"), queue=queue_name, max_attempts=1)
     worker = Worker(queue)
     try:
-        worker.process_next(5, [queue_name])
+        with expected_errors("kinetis_queue.worker"):  # the worker logs the failure it was made to record
+            worker.process_next(5, [queue_name])
     finally:
         worker.close()
     return FailedJob.objects.get(job_id=job_id)

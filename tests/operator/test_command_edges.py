@@ -34,6 +34,7 @@ def run(*args: str) -> str:
     return out.getvalue()
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_queue_failed_by_connection_alone_lists_that_connections_records_on_every_queue(queue_name: str) -> None:
     name = "c" + uuid.uuid4().hex[:12]
     a, b = queue_name + "a", queue_name + "b"

@@ -56,6 +56,7 @@ def test_queue_work_takes_queues_in_priority_order_and_stops_when_empty(queue_na
     assert [c[1] for c in jobs.CALLS] == ["high", "low"]
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_queue_work_tries_and_backoff_set_the_worker_policy(queue_name: str) -> None:
     queue = queues["sqlite"]
     queue.push(jobs.Fails(), queue=queue_name)

@@ -67,6 +67,7 @@ def unreachable(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.mark.parametrize("unreachable", ["postgres", "mariadb", "redis", "sqs", "rabbitmq"], indirect=True)
+@pytest.mark.logs_errors("django.request")
 def test_an_untrusted_health_answer_gives_reason_codes_and_no_store_error_text(unreachable: str) -> None:
     url = f"/queue/health/?connection={unreachable}&workers=0"
     anonymous = Client().get(url)
@@ -85,6 +86,7 @@ def test_an_untrusted_health_answer_gives_reason_codes_and_no_store_error_text(u
     assert details["problems"][0].startswith("the store does not answer: ")  # the text: to the trusted only
 
 
+@pytest.mark.logs_errors("django.request")
 def test_an_untrusted_health_answer_to_a_bad_setting_is_its_code_alone() -> None:
     with _also(ENDPOINTS={"TOKEN": "short"}):
         answer = Client().get("/queue/health/", HTTP_AUTHORIZATION="Bearer short")
@@ -115,6 +117,7 @@ def test_metrics_are_closed_by_default_and_open_to_the_configured_token_or_addre
         assert client.get("/queue/metrics/", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 404
 
 
+@pytest.mark.logs_errors("django.request")  # a row whose store reads as unhealthy answers 503, logged
 def test_two_health_gets_within_the_window_compute_once_and_the_second_reads_nothing(
     connection: Queue, backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -73,6 +73,7 @@ def make_record(queue_name: str, **fields: object) -> FailedJob:
 # -- the record ------------------------------------------------------------------------------------
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_the_record_keeps_the_traceback_and_the_raw_arguments(queue_name: str) -> None:
     """Contract: record() stores class, raw arguments, counters, exception class and message (+ traceback)."""
     record = fail_for_good(jobs.Fails("visible", token=SECRET), queue_name)
@@ -84,6 +85,7 @@ def test_the_record_keeps_the_traceback_and_the_raw_arguments(queue_name: str) -
     assert json.loads(record.args) == {"label": "visible", "token": SECRET}
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_sensitive_value_quoted_by_the_exception_is_scrubbed_from_the_record(queue_name: str) -> None:
     record = fail_for_good(operator_jobs.LeaksSecret("visible-label", SECRET), queue_name)
     assert SECRET not in record.exception_message
@@ -146,6 +148,7 @@ def test_queue_failed_filters_by_connection(queue_name: str) -> None:
 # -- queue_retry -------------------------------------------------------------------------------------
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_queue_retry_pushes_again_with_attempts_reset_and_removes_the_record(queue_name: str) -> None:
     record = fail_for_good(jobs.Fails("again", token=SECRET), queue_name)
     queue = queues["sqlite"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import io
 
+import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.test import override_settings
@@ -29,6 +30,7 @@ def _moved_default() -> dict[str, object]:
     return setting
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_worker_built_without_connection_records_the_real_name(queue_name: str) -> None:
     job_id = queues.default().push(jobs.Fails("x"), queue=queue_name, max_attempts=1)
     worker = Worker(queues.default())  # no connection=: the queue knows the name it was built under
@@ -41,6 +43,7 @@ def test_a_worker_built_without_connection_records_the_real_name(queue_name: str
     assert worker.connection == DEFAULT
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_queue_work_without_connection_records_the_default_connections_name(queue_name: str) -> None:
     job_id = queues[DEFAULT].push(jobs.Fails("x"), queue=queue_name, max_attempts=1)
     call_command(
@@ -49,6 +52,7 @@ def test_queue_work_without_connection_records_the_default_connections_name(queu
     assert FailedJob.objects.get(job_id=job_id).connection == DEFAULT
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_changing_the_default_connection_moves_neither_a_retry_nor_the_failed_counts(queue_name: str) -> None:
     job_id = queues.default().push(jobs.Fails("again"), queue=queue_name, max_attempts=1)
     worker = Worker(queues.default())

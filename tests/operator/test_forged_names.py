@@ -68,6 +68,7 @@ def _fail_forged(queue: Queue, backend: Backend, queue_name: str) -> None:
         worker.close()
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_forged_name_is_escaped_in_queue_work_queue_failed_and_a_plain_log_line(
     connection: Queue, backend: Backend, queue_name: str, plain_log: io.StringIO
 ) -> None:
@@ -112,6 +113,7 @@ def test_queue_work_logs_through_the_escaping_formatter_when_the_project_sets_no
         logger.setLevel(level)
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_forged_name_is_counted_under_one_unknown_label(
     connection: Queue, backend: Backend, queue_name: str, counted: None
 ) -> None:

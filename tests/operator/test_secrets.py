@@ -94,6 +94,7 @@ def test_a_secret_appears_nowhere_but_the_raw_record(job: Any, queue_name: str) 
         assert SECRET not in page.content.decode()
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_signal_payloads_carry_the_arguments_redacted(queue_name: str) -> None:
     seen: list[dict[str, Any]] = []
 

@@ -107,6 +107,7 @@ def test_queue_health_fails_without_a_worker_or_a_store_and_says_why() -> None:
     assert report["answers"] is False and report["problems"][0].startswith("the store does not answer")
 
 
+@pytest.mark.logs_errors("django.request")
 def test_the_health_view_answers_503_with_the_reasons_and_200_when_healthy() -> None:
     client = Client()
     failing = client.get("/queue/health/?connection=sqlite")

@@ -221,6 +221,7 @@ def _normalized(response: Any, *echoed: str) -> tuple[int, str]:
         "root__members__spec__contains",
     ],
 )
+@pytest.mark.logs_errors("django.security.DisallowedModelAdminLookup")
 def test_no_lookup_on_a_members_spec_answers_a_guess(parameter: str, role: str, queue_name: str) -> None:
     """``?members__spec__contains=<guess>`` would count the workflows holding a guessed argument value:
     refused outright, the same answer for a right and a wrong guess."""
@@ -255,6 +256,7 @@ def test_no_lookup_on_a_members_spec_answers_a_guess(parameter: str, role: str, 
         "nonexistent",
     ],
 )
+@pytest.mark.logs_errors("django.security.DisallowedModelAdminLookup")
 def test_every_other_lookup_is_refused(parameter: str, queue_name: str) -> None:
     """The list filters' own parameters are the whole list of what may filter (as for failed jobs)."""
     running_chain(queue_name)
@@ -274,6 +276,7 @@ def test_ordering_and_the_carried_filters_answer_no_guess(queue_name: str) -> No
         assert answers[0][0] == 200
 
 
+@pytest.mark.logs_errors("django.security.DisallowedModelAdminLookup")
 def test_an_action_posted_with_a_forbidden_lookup_touches_nothing(queue_name: str) -> None:
     """Select-across with ``?members__spec__contains=`` would cancel exactly the workflows holding the guess."""
     root = running_chain(queue_name)

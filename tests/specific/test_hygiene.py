@@ -58,6 +58,7 @@ def _stored(alias: str, job_id: str) -> bool:
 
 
 @pytest.mark.parametrize("alias", ALIASES)
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_the_private_connection_attributes_hygiene_writes_exist_as_assumed(alias: str) -> None:
     db = db_connections[alias]
     db.ensure_connection()
@@ -77,6 +78,7 @@ def test_the_private_connection_attributes_hygiene_writes_exist_as_assumed(alias
 
 
 @pytest.mark.parametrize("alias", ALIASES)
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_an_abandoned_transaction_is_rolled_back_and_the_connection_works_as_new(alias: str) -> None:
     db = db_connections[alias]
     committed: list[str] = []
@@ -118,6 +120,7 @@ def test_a_transaction_abandoned_after_an_error_leaves_a_usable_connection(alias
 
 
 @pytest.mark.parametrize("alias", ALIASES)
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_job_leaving_a_transaction_open_on_any_sql_database_does_not_stop_the_worker(
     alias: str, queue_name: str, outcomes: list
 ) -> None:

@@ -1496,3 +1496,22 @@ def test_a_crash_redelivery_whose_move_behind_goes_unconfirmed_raises_and_nothin
         assert other.ack_many(back) == [None, None]
     finally:
         proxy.close()
+
+
+def test_the_leak_ledger_charges_a_declared_queue_to_its_test_until_deleted(
+    janitor: set[str], queue_name: str, request: pytest.FixtureRequest
+) -> None:
+    """Issue 28's RabbitMQ check (tests/support/rabbitmq_leaks.py): a queue declared in the test process is
+    charged to the running test, and delete() discharges it, so a teardown that leaves it fails the test."""
+    from tests.support.rabbitmq_leaks import _LEDGER
+
+    rabbit = RabbitMqQueue(url=RABBITMQ_URL)
+    try:
+        rabbit.push(Noop(), queue=queue_name, delay=1)  # the queue and its ladder's first tier
+        assert _LEDGER.open.get(queue_name) == request.node.nodeid
+        assert _LEDGER.names[queue_name] == request.node.nodeid  # for the session-end listing
+        rabbit.delete(queue_name)
+        assert queue_name not in _LEDGER.open
+        assert not rabbit.queue_known(queue_name)  # gone from the broker: queue_known() declares nothing
+    finally:
+        rabbit.dispose()

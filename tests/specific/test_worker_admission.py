@@ -161,6 +161,7 @@ def test_a_deferral_whose_reservation_was_taken_is_lost(
     assert jobs.CALLS == []
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_concurrency_key_that_is_not_a_string_fails_the_job(sqlite: Queue, queue_name: str) -> None:
     job_id = sqlite.push(jobs.KeyNotAString(), queue=queue_name, max_attempts=1)
 

@@ -362,6 +362,7 @@ def _one(job: object, queue_name: str, timeout: float, outcomes: list) -> None:
         worker.close()
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_the_interrupt_is_not_swallowed_by_except_exception(queue_name: str, outcomes: list) -> None:
     _one(operator_jobs.CatchesException(600), queue_name, 0.3, outcomes)
     [(name, kwargs)] = outcomes
@@ -369,6 +370,7 @@ def test_the_interrupt_is_not_swallowed_by_except_exception(queue_name: str, out
     assert type(kwargs["exception"]).__name__ == "JobTimeoutError"
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_a_job_that_swallows_the_interrupt_still_fails_as_timed_out(queue_name: str, outcomes: list) -> None:
     _one(operator_jobs.SwallowsEverything(1.0), queue_name, 0.3, outcomes)
     [(name, kwargs)] = outcomes
@@ -384,6 +386,7 @@ def test_a_job_within_its_timeout_succeeds_and_leaves_no_alarm(queue_name: str, 
     assert signal.getsignal(signal.SIGALRM) == previous
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_outside_the_main_thread_the_timeout_is_checked_after_handle(queue_name: str, outcomes: list) -> None:
     errors: list[BaseException] = []
 

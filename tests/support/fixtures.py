@@ -16,12 +16,15 @@ from django.conf import settings
 from kinetis_queue import connections as queue_connections
 from kinetis_queue.contracts import DisposableQueue, Queue
 from tests.support.backends import BACKENDS, Backend
+from tests.support.rabbitmq_leaks import broker_used, remember
 
 
 @pytest.fixture
-def queue_name() -> str:
-    """A queue name no other test uses."""
-    return "q" + uuid.uuid4().hex[:20]
+def queue_name(request: pytest.FixtureRequest) -> str:
+    """A queue name no other test uses (remembered for the session-end RabbitMQ check, rabbitmq_leaks.py)."""
+    name = "q" + uuid.uuid4().hex[:20]
+    remember(name, request.node.nodeid)
+    return name
 
 
 @pytest.fixture(params=BACKENDS, ids=lambda b: b.id)
@@ -194,12 +197,14 @@ class _NoSupport:
 
 
 @pytest.fixture
-def rabbitmq_queues() -> Iterator[Any]:
+def rabbitmq_queues(queue_name: str) -> Iterator[Any]:
     """The rabbitmq backend's setup: afterwards, deletes every queue the test's queue declared, with its
-    delay ladder (22 queues and exchanges per queue), so the shared broker accumulates nothing."""
+    delay ladder (22 queues and exchanges per queue), so the shared broker accumulates nothing; and the
+    test's queue_name, which a worker or command the test ran as a subprocess may have declared."""
+    broker_used()
     support = RabbitMqTestQueues()
     yield support
-    support.delete_all()
+    support.delete_all(also=[queue_name])
 
 
 class RabbitMqTestQueues:
@@ -230,9 +235,11 @@ class RabbitMqTestQueues:
                 return
         raise AssertionError(f"job {job_id} is not waiting on any queue the test declared")
 
-    def delete_all(self) -> None:
-        for queue in self.queues:
-            for name in queue.declared:
+    def delete_all(self, also: list[str]) -> None:
+        """Delete what each prepared queue declared, and the names in ``also`` (deleting a missing queue is
+        a no-op on the broker)."""
+        for index, queue in enumerate(self.queues):
+            for name in queue.declared | (set(also) if index == 0 else set()):
                 queue.delete(name)
             queue.dispose()
 

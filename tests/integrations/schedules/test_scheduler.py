@@ -112,6 +112,7 @@ def test_a_restarted_scheduler_catches_up_from_the_store(
     assert len(_drain(connection, queue_name)) == 1 + len(fired)
 
 
+@pytest.mark.logs_errors("kinetis_queue.schedules")
 def test_a_push_that_fails_is_tried_again_and_still_pushed_once(
     connection: Queue, backend: Backend, queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -185,6 +186,7 @@ def test_a_claim_left_unpushed_is_completed_after_the_claim_timeout(
 
 
 @pytest.mark.parametrize("backend_id", ["sqs", "rabbitmq"])
+@pytest.mark.logs_errors("kinetis_queue.schedules")
 def test_a_push_with_an_unknown_outcome_keeps_its_claim_for_the_takeover(
     connection: Queue, backend: Backend, queue_name: str, backend_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
