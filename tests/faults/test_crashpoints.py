@@ -70,6 +70,7 @@ def _job(cell: Cell, tag: str, visibility_timeout: int) -> Job:
 
 @pytest.mark.parametrize("concurrency", [1, 8], ids=["c1", "c8"])
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.point)
+@pytest.mark.logs_errors("kinetis_queue.worker")  # cells that fail a job for good, and the drain's worker logs it
 def test_a_crash_at_any_point_loses_nothing(
     concurrency: int,
     backend: Backend,

@@ -559,6 +559,7 @@ STORED_FIELD_NAMES = ("id", "pushedAt", "class", "args", "attempts", "maxAttempt
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.logs_errors("kinetis_queue.worker")  # unresolvable job classes fail for good
 def test_no_stored_field_content_stops_a_worker(
     backend: Backend, connection: Queue, store: Any, queue_name: str, outcomes: list[tuple[str, dict[str, Any]]]
 ) -> None:

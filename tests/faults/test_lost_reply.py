@@ -103,6 +103,7 @@ def _process(queue: SqlQueue, queue_name: str, timeout: float = 5) -> bool:
         worker.close()
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")  # the lost reply is logged
 def test_a_lost_reply_is_an_error_the_server_saw_once_and_nothing_is_lost(
     pg: tuple[Backend, Proxied], queue_name: str, history_dir: Path, seed: int, run_id: str
 ) -> None:

@@ -105,6 +105,7 @@ def _within_bounds(timer: CallTimer, path: Route, *, skip: tuple[str, ...] = ())
 
 
 @pytest.mark.parametrize("connection", NETWORKED, indirect=True, ids=_ids)
+@pytest.mark.logs_errors("kinetis_queue.worker")  # the renewals the blackhole ate are logged
 def test_c2_blackhole_longer_than_the_client_timeout(
     backend: Backend,
     connection: Queue,
@@ -716,6 +717,7 @@ class FailedJobsTo:
 
 @pytest.mark.parametrize("connection", REDIS, indirect=True, ids=_ids)
 @pytest.mark.skipif(not POSTGRES, reason="needs the PostgreSQL test database")
+@pytest.mark.logs_errors("kinetis_queue.worker")  # the job fails for good
 def test_b9_failed_job_store_down_during_record(
     backend: Backend,
     connection: Queue,

@@ -609,6 +609,7 @@ def broken_observers() -> Iterator[None]:
 
 @on(FENCED)
 @pytest.mark.timeout(60)
+@pytest.mark.logs_errors("django.dispatch")  # the broken receivers are logged
 def test_a9_observers_that_raise_decide_nothing(
     backend: Backend,
     connection: Queue,
