@@ -20,7 +20,7 @@ from kinetis_queue.contracts import Queue
 from tests.faults import history, procs, stores
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
-from tests.faults.jobs import Tagged
+from tests.faults.jobs import Held, Tagged
 from tests.support.backends import BACKENDS, Backend
 from tests.support.helpers import wait_until
 
@@ -80,26 +80,36 @@ def test_pusher_skew_moves_a_delay_by_the_pushers_clock(
 def test_worker_skew_against_sql_reservations(
     backend: Backend, connection: Queue, queue_name: str, history_dir: Path, seed: int, run_id: str
 ) -> None:
-    """D2: holder A unskewed, worker B at +δ, VT 4 s (renewal every 2 s), jobs of 5 s.
+    """D2: holder A unskewed, worker B at +δ, VT 4 s (renewal every 2 s), jobs held until the test ends them.
 
-    δ = 1 s stays under VT/2 headroom: no reclaim. δ = 30 s makes A's renewed reservation look
-    expired to B: B reclaims while A still runs, the job runs twice, A's ack is refused as stale,
-    and nothing is lost.
+    δ = 1 s stays under VT/2 headroom: no reclaim while B polls beside A for a whole VT. δ = 30 s makes A's
+    renewed reservation look expired to B: B reclaims while A still runs, the job runs twice, A's ack is
+    refused as stale, and nothing is lost. The jobs run until B is up and (δ = 30 s) has taken its job over:
+    a job of a fixed length ended before a B slow to start under load was polling.
     """
     if backend.database is None:
         pytest.skip(f"{backend.id}: reservations do not use the worker's clock")
     store = stores.SqlStore(backend.database)
     cases = {1: (queue_name, new_tag(run_id, 1)), 30: (queue_name + "s30", new_tag(run_id, 30))}
+    release = history_dir / "release"
     holders = []
     for name, tag in cases.values():
-        push(connection, Tagged(tag, ms=5000), name)
+        push(connection, Held(tag, str(release)), name)
         holders.append(procs.spawn(backend, [name], history_dir, "--once", "--sleep=5", visibility_timeout=4))
     started = {tag for _, tag in cases.values()}
-    wait_until(lambda: started <= {e["tag"] for e in history.read(history_dir) if e["e"] == "exec.start"}, 30)
+    wait_until(lambda: started <= {e["tag"] for e in history.read(history_dir) if e["e"] == "exec.start"}, 60)
     skewed = [
-        procs.spawn(backend, [name], history_dir, "--once", "--sleep=6", visibility_timeout=4, faketime=f"+{delta}s")
+        procs.spawn(backend, [name], history_dir, "--once", "--sleep=10", visibility_timeout=4, faketime=f"+{delta}s")
         for delta, (name, _) in cases.items()
     ]
+    for process in skewed:
+        wait_until(
+            lambda p=process: any(e["e"] == "worker.ready" and e["pid"] == p.pid for e in history.read(history_dir)), 60
+        )
+    reclaimer = skewed[1].pid
+    wait_until(lambda: any(e["e"] == "exec.start" and e["pid"] == reclaimer for e in history.read(history_dir)), 60)
+    time.sleep(4)  # B at +1 s polls beside A's renewed lease for a whole VT: an absence, nothing to await
+    release.touch()
     assert [p.wait(timeout=60) for p in holders + skewed] == [0, 0, 0, 0]
     for name, _ in cases.values():
         procs.drain(connection, [name], store)
