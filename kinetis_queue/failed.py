@@ -149,8 +149,8 @@ def kept_options(record: FailedJob) -> dict[str, Any]:
     """The per-job options the record's job carried in its metadata (a ``@task``'s retry rule and time
     limit), for its retry; each is validated where the worker reads it, like any pushed job's.
 
-    Queue, max_attempts and priority are push arguments of their own; a unique key is not taken again
-    (the retry is the operator's). Imported here: kinetis_queue.settlement imports this module.
+    Queue, max_attempts and priority are push arguments of their own; a class's ``unique_for`` is applied
+    by prepare(), as for any push. Imported here: kinetis_queue.settlement imports this module.
     """
     from kinetis_queue.job_timeout import TIMEOUT_KEY
     from kinetis_queue.settlement import RETRY_KEY
@@ -236,7 +236,8 @@ def retry(failed_job_id: int) -> RetryOutcome:
 
     The job keeps every option it was pushed with: its queue and max_attempts, its priority where the
     connection orders by priority (docs/priority.md, else 0), and a ``@task``'s retry rule and time limit
-    (kept_options). A unique job's key is not taken again.
+    (kept_options). A class whose ``unique_for`` is set takes its key again, as push() would (the
+    holder's id comes back when it is held).
 
     The stored class and arguments are first rebuilt and re-serialized under the argument contract,
     so a tampered record pushes nothing. The record is removed only after the push returned; a push

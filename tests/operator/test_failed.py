@@ -168,6 +168,30 @@ def test_queue_retry_pushes_again_with_attempts_reset_and_removes_the_record(que
     queue.ack(job)
 
 
+@pytest.mark.logs_errors("kinetis_queue.worker")
+def test_a_retry_of_a_unique_class_takes_its_key_again_and_answers_the_holder(queue_name: str) -> None:
+    """docs/failed-jobs.md: a class whose unique_for is set takes its key again, as push() would; the key
+    held meanwhile, the retry is answered with the holder's id, pushes nothing, and the record goes."""
+
+    def fail(context: object) -> None:
+        raise RuntimeError("deliberate")
+
+    jobs.CALLBACK[:] = [fail]
+    try:
+        record = fail_for_good(jobs.UniqueCallsBack(), queue_name)
+    finally:
+        jobs.CALLBACK[:] = []
+    queue = queues["sqlite"]
+    holder = queue.push(jobs.UniqueCallsBack(), queue=queue_name)  # the final failure freed the key
+    outcome = failed.retry(record.pk)
+    assert outcome.job_id == holder and outcome.error is None
+    assert queue.size(queue_name) == 1
+    assert not FailedJob.objects.filter(pk=record.pk).exists()
+    job = queue.pop(5, [queue_name])
+    assert job is not None and job.id == holder
+    queue.ack(job)
+
+
 def test_queue_retry_pushes_to_the_records_connection(queue_name: str) -> None:
     record = make_record(queue_name, connection="postgres")
     run("queue_retry", str(record.pk))
