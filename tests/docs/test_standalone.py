@@ -26,7 +26,7 @@ _spec.loader.exec_module(docs_hooks)
 
 #: What a reader cannot follow: the unshipped notes, their section signs, tracker numbers, the spec's files.
 UNSHIPPED = re.compile(
-    r"\b(?:DESIGN|RELIABILITY)\.md\b|§\s*\d|\b[Ii]ssues?\s+#?\d+|\b[Ii]tems?\s+\d+\s+of\b|\bspec/|\b000_\w+\.txt",
+    r"\b(?:DESIGN|RELIABILITY)\.md\b|§\s*\d|\b[Ii]ssues?\s+#?\d+|\b[Ii]tems?\s+\d+\s+of\b|(?<![/.\w])spec/|\b000_\w+\.txt",
 )
 _DIRECTIVE = re.compile(r"^::: (\S+)", re.MULTILINE)
 
@@ -74,6 +74,8 @@ def _texts() -> Iterator[tuple[str, str]]:
             yield from _docstrings(_object(path), path)
     for name, generate in docs_hooks.GENERATORS.items():
         yield f"generated {name}", generate()
+    changelog = DOCS.parent / "CHANGELOG.md"  # shipped in the sdist: a reader has it too
+    yield changelog.name, changelog.read_text(encoding="utf-8")
 
 
 def _findings(texts: Iterator[tuple[str, str]]) -> list[str]:
