@@ -91,6 +91,34 @@ def _mend(queue: Queue, name: str) -> None:
             conn.channel().queue_delete(name)
 
 
+@pytest.mark.parametrize("built", [OUTBOXES[0][0]], indirect=True)
+def test_each_round_starts_one_queue_further(built: tuple[Queue, str, Any], queue_name: str) -> None:
+    """No queue always waits behind another: round after round, the relay starts at the next queue with rows."""
+    queue, database, _ = built
+    names = [f"{queue_name}-{letter}" for letter in "abc"]
+    relay = _relay(queue)
+    order: list[str] = []
+    relay_queue = relay._relay_queue
+
+    def spy(db: Any, name: str) -> int:
+        order.append(name)
+        return relay_queue(db, name)
+
+    relay._relay_queue = spy  # type: ignore[method-assign]
+    firsts = []
+    for _ in range(3):
+        with transaction.atomic(using=database):
+            for name in names:
+                queue.push(jobs.Records(name), queue=name)
+        order.clear()
+        assert relay.relay_once() == 3
+        assert sorted(order) == names  # every queue, once a round
+        firsts.append(order[0])
+    assert len(set(firsts)) == 3, firsts
+    for name in names:
+        assert len(_drain(queue, name, 3)) == 3
+
+
 @pytest.mark.parametrize("built", [name for name, _ in OUTBOXES], indirect=True)
 def test_a_queue_its_store_fails_never_holds_the_other_queues(
     built: tuple[Queue, str, Any], queue_name: str, caplog: pytest.LogCaptureFixture
