@@ -8,12 +8,13 @@ at 100k rows. ``Queue.withdraw_many()`` looks every member up in one statement.
 from __future__ import annotations
 
 from contextlib import ExitStack
+from typing import Any
 
 import pytest
 from django.db import connections as db_connections
 from django.test.utils import CaptureQueriesContext
 
-from kinetis_queue import batch
+from kinetis_queue import batch, chain
 from kinetis_queue import connections as queue_connections
 from kinetis_queue.control.models import Cancellation
 from tests.jobs import Noop
@@ -22,11 +23,11 @@ from tests.jobs import Noop
 SQL = {"sqlite": "default", "postgres": "postgres", "mariadb": "mariadb"}
 
 
-def _cancel_queries(name: str, queue_name: str, members: int) -> int:
-    """Dispatch a batch of ``members`` jobs, reserve one of them, cancel the batch: the queries the cancel ran
-    on every database alias; checks that the waiting members were removed and the reserved one was told."""
+def _cancel_queries(name: str, queue_name: str, members: int, workflow: Any = batch) -> int:
+    """Dispatch a batch (or chain) of ``members`` jobs, reserve one of them, cancel it: the queries the cancel
+    ran on every database alias; checks that the waiting members were removed and the reserved one was told."""
     queue = queue_connections.queues[name]
-    handle = batch([Noop() for _ in range(members)], queue=queue_name, connection=name)
+    handle = workflow([Noop() for _ in range(members)], queue=queue_name, connection=name)
     held = queue.pop(5, [queue_name])
     assert held is not None
     with ExitStack() as stack:
@@ -42,4 +43,11 @@ def _cancel_queries(name: str, queue_name: str, members: int) -> int:
 def test_cancelling_a_batch_runs_as_many_queries_for_twelve_members_as_for_three(name: str, queue_name: str) -> None:
     few = _cancel_queries(name, queue_name, 3)
     many = _cancel_queries(name, queue_name + "-many", 12)
+    assert many == few
+
+
+@pytest.mark.parametrize("name", list(SQL))
+def test_cancelling_a_chain_runs_as_many_queries_for_twelve_members_as_for_three(name: str, queue_name: str) -> None:
+    few = _cancel_queries(name, queue_name, 3, chain)
+    many = _cancel_queries(name, queue_name + "-many", 12, chain)
     assert many == few
