@@ -126,3 +126,29 @@ def test_a_forged_name_is_counted_under_one_unknown_label(
     series = [line for line in page.splitlines() if f'queue="{queue_name}"' in line and "_depth" not in line]
     assert series and all('job="(unknown)"' in line for line in series)
     assert "forged" not in page
+
+
+def _command_names() -> list[str]:
+    from pathlib import Path
+
+    import kinetis_queue.management.commands as package
+
+    return sorted(p.stem for p in Path(package.__path__[0]).glob("queue_*.py"))
+
+
+@pytest.mark.parametrize("name", _command_names())
+def test_every_command_escapes_what_it_writes(name: str) -> None:
+    """Every queue_* command writes through the escaping output (QueueCommand), so no name a payload chose
+    reaches a terminal as a control sequence, whichever command prints it."""
+    import importlib
+
+    from kinetis_queue.management.commands._output import QueueCommand
+
+    command_class = importlib.import_module(f"kinetis_queue.management.commands.{name}").Command
+    assert issubclass(command_class, QueueCommand)
+    out, err = io.StringIO(), io.StringIO()
+    command = command_class(stdout=out, stderr=err)
+    command.stdout.write("forged \x1b[2J name")
+    command.stderr.write("forged \x1b[2J name")
+    assert "\x1b" not in out.getvalue() and "\x1b" not in err.getvalue()
+    assert "forged" in out.getvalue() and "forged" in err.getvalue()
