@@ -17,7 +17,7 @@
 #   make storms    the fault scenarios of many processes killed for a minute or more (-m storm), with figures
 #   make soak      storms, then the long fault tier (tests/faults -m soak; KQ_SOAK_SECONDS per scenario and backend)
 #
-# Variables: VENV, VENV52, PYTHON (an interpreter >= 3.12 to build the venvs with),
+# Variables: VENV, VENV52, VENV60, PYTHON (an interpreter >= 3.12 to build the venvs with),
 #            PYTEST_WORKERS (pytest-xdist processes; most tests wait on servers and timeouts,
 #            so more processes than cores pays), PYTEST_ARGS, BENCH_ARGS.
 
@@ -27,10 +27,12 @@ SHELL := /bin/bash
 
 VENV ?= .venv
 VENV52 ?= .venv-dj52
+VENV60 ?= .venv-dj60
 DEMO_VENV ?= .venv-demo
 BENCH_VENV ?= .venv-bench
 PY := $(VENV)/bin/python
 PY52 := $(VENV52)/bin/python
+PY60 := $(VENV60)/bin/python
 PYTEST_WORKERS ?= 4
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
@@ -66,7 +68,7 @@ export COVERAGE_TOTALS := import json, sys; t = json.load(sys.stdin)["totals"]; 
 	f"({t['covered_lines']}/{t['num_statements']}), branches {t['percent_branches_covered']:.1f}%", \
 	f"({t['covered_branches']}/{t['num_branches']})")
 
-.PHONY: venv venv52 demo-venv bench-venv demo lint typecheck checks services test bench bench-scale bench-peers storms \
+.PHONY: venv venv52 venv60 demo-venv bench-venv demo lint typecheck checks services test bench bench-scale bench-peers storms \
 	soak clean dist docs docs-serve
 
 # ---- virtual environments ------------------------------------------------------------------------
@@ -121,6 +123,23 @@ $(VENV52)/.installed: pyproject.toml scripts/system-deps.sh | $(VENV)/.installed
 	  'django-tasks>=0.12'
 	touch "$@"
 
+# Django 6.0 with the stores' drivers and no test tools: the docs' settings snippets also run on it
+# (tests/docs/test_settings_snippets.py, KQ_SNIPPET_PYTHONS; the app comes from the checkout).
+venv60: $(VENV60)/.installed
+
+$(VENV60)/.installed: pyproject.toml scripts/system-deps.sh | $(VENV)/.installed
+	@base="$$("$(PY)" -c 'import sys; print(sys._base_executable)')"; \
+	want="$$("$$base" -c 'import sys; print(sys.version)')"; \
+	if [ -x "$(PY60)" ] && [ "$$("$(PY60)" -c 'import sys; print(sys.version)' 2>/dev/null)" = "$$want" ]; then \
+	  echo "venv60: reusing $(VENV60) ($$("$(PY60)" -V))"; \
+	else \
+	  echo "venv60: creating $(VENV60) with $$base ($$("$$base" -V))"; \
+	  "$$base" -m venv --clear "$(VENV60)"; \
+	fi
+	"$(PY60)" -m pip install --quiet --progress-bar off -e '.[postgres,mysql,redis,sqs,rabbitmq,schedules,metrics,otel]' \
+	  'django>=6.0,<6.1'
+	touch "$@"
+
 # The peers' venv for make bench-peers: the project (editable) and its bench extra, apart from $(VENV) because the
 # peers bring libraries (and may pin versions) the project's own environment should not carry.
 bench-venv: $(BENCH_VENV)/.installed
@@ -147,8 +166,8 @@ services:
 # ---- static checks -------------------------------------------------------------------------------
 
 lint: venv
-	"$(VENV)/bin/ruff" check --extend-exclude "$(VENV),$(VENV52),$(DEMO_VENV)" .
-	"$(VENV)/bin/ruff" format --check --extend-exclude "$(VENV),$(VENV52),$(DEMO_VENV)" .
+	"$(VENV)/bin/ruff" check --extend-exclude "$(VENV),$(VENV52),$(VENV60),$(DEMO_VENV)" .
+	"$(VENV)/bin/ruff" format --check --extend-exclude "$(VENV),$(VENV52),$(VENV60),$(DEMO_VENV)" .
 
 typecheck: venv
 	PYTHONPATH=testproject:. "$(VENV)/bin/mypy" kinetis_queue
@@ -162,8 +181,8 @@ checks: venv
 
 # ---- tests ---------------------------------------------------------------------------------------
 
-test: venv venv52 services lint typecheck checks docs
-	"$(PY)" -m pytest -n $(PYTEST_WORKERS) $(RERUNS) --cov --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
+test: venv venv52 venv60 services lint typecheck checks docs
+	KQ_SNIPPET_PYTHONS="$(PY60)" "$(PY)" -m pytest -n $(PYTEST_WORKERS) $(RERUNS) --cov --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
 	@"$(PY)" -m coverage json -q -o - | "$(PY)" -c "$$COVERAGE_TOTALS"
 	PY="$(PY)" bash scripts/django-task-tests.sh
 	@echo "== core + SQL suite on Django $$("$(PY52)" -c 'import django; print(django.get_version())')"
@@ -238,4 +257,4 @@ bench-peers: bench-venv services
 	"$(BENCH_VENV)/bin/python" -m bench.peers $(BENCH_ARGS)
 
 clean:
-	rm -rf "$(VENV)" "$(VENV52)" "$(DEMO_VENV)" "$(BENCH_VENV)" "$(DIST_VENV)" testproject/demo.sqlite3 build dist kinetis_queue.egg-info
+	rm -rf "$(VENV)" "$(VENV52)" "$(VENV60)" "$(DEMO_VENV)" "$(BENCH_VENV)" "$(DIST_VENV)" testproject/demo.sqlite3 build dist kinetis_queue.egg-info

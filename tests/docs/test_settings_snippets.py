@@ -5,7 +5,8 @@ So a snippet cannot clash with what a new project already has (Django 6.1's ``MA
 ``EMAIL_*`` settings beside it). A snippet for some Django versions only says which in its marker
 (``<!-- test: settings django<6.1 -->``). The modules of the reader's own project a snippet names (an
 ``IMPORTS`` entry, a schedule's ``JOB``) are written as stubs first. The Django 5.2 run is the ``-m core``
-stage of ``make test`` (.venv-dj52); the tutorial's own settings run in tests/packaging/test_wheel.py.
+stage of ``make test`` (.venv-dj52), and Django 6.0 runs each snippet through ``KQ_SNIPPET_PYTHONS``
+(.venv-dj60); the tutorial's own settings run in tests/packaging/test_wheel.py.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ pytestmark = [pytest.mark.core, pytest.mark.timeout(300)]
 
 ROOT = DOCS.parent
 ALL = [s for page in pages() for s in snippets(page)]
+#: The interpreters whose Django each snippet runs on: this one, and those ``KQ_SNIPPET_PYTHONS`` lists
+#: (os.pathsep-separated; make test gives a venv of Django 6.0 alone, .venv-dj60, the app on PYTHONPATH).
+PYTHONS = [
+    sys.executable,
+    *(os.path.abspath(p) for p in os.environ.get("KQ_SNIPPET_PYTHONS", "").split(os.pathsep) if p),
+]
 SETTINGS = [s for s in ALL if s.action == "settings"]
 #: A top-level assignment to an upper-case name: a block of settings.
 _SETTING = re.compile(r"^[A-Z][A-Z0-9_]*\s*(?:\+?=|\[|\.)", re.MULTILINE)
@@ -40,21 +47,37 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
+def _django_version(python: str) -> str:
+    if python == sys.executable:
+        return django.get_version()
+    found = _run([python, "-c", "import django; print(django.get_version())"], cwd=ROOT)
+    assert found.returncode == 0, f"{python}: {found.stderr}"
+    return found.stdout.strip()
+
+
 @pytest.fixture(scope="module")
-def new_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """What ``django-admin startproject mysite .`` writes, with this Django."""
-    home = tmp_path_factory.mktemp("startproject")
-    made = _run([sys.executable, "-m", "django", "startproject", "mysite", "."], cwd=home)
-    assert made.returncode == 0, made.stderr
-    return home
+def new_projects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, str]]:
+    """Per interpreter, what its ``django-admin startproject mysite .`` writes, made on first use, and its Django."""
+    return {}
 
 
-def _applies(snippet: Snippet) -> bool:
+def _new_project(
+    projects: dict[str, tuple[Path, str]], python: str, factory: pytest.TempPathFactory
+) -> tuple[Path, str]:
+    if python not in projects:
+        home = factory.mktemp("startproject")
+        made = _run([python, "-m", "django", "startproject", "mysite", "."], cwd=home)
+        assert made.returncode == 0, made.stderr
+        projects[python] = (home, _django_version(python))
+    return projects[python]
+
+
+def _applies(snippet: Snippet, version: str) -> bool:
     if snippet.target is None:
         return True
     name, _, spec = snippet.target.partition("django")
     assert name == "" and spec, f"{snippet}: a settings marker's condition is django<spec>, not {snippet.target!r}"
-    return django.get_version() in SpecifierSet(spec)
+    return version in SpecifierSet(spec)
 
 
 def _write_stub(project: Path, dotted: str, job_args: dict[str, Any] | None) -> str:
@@ -95,17 +118,25 @@ def _reader_modules(project: Path, snippet: Snippet) -> list[str]:
     return [a for a in ["kinetis_queue", *sorted({p for p in packages if p})] if a not in namespace["INSTALLED_APPS"]]
 
 
+@pytest.mark.parametrize("python", PYTHONS, ids=lambda p: "this-django" if p == sys.executable else p)
 @pytest.mark.parametrize("snippet", SETTINGS, ids=str)
-def test_the_settings_snippet_works_in_a_new_project(snippet: Snippet, new_project: Path, tmp_path: Path) -> None:
-    if not _applies(snippet):
-        pytest.skip(f"the snippet is for {snippet.target}; this is Django {django.get_version()}")
+def test_the_settings_snippet_works_in_a_new_project(
+    snippet: Snippet,
+    python: str,
+    new_projects: dict[str, tuple[Path, str]],
+    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path: Path,
+) -> None:
+    new_project, version = _new_project(new_projects, python, tmp_path_factory)
+    if not _applies(snippet, version):
+        pytest.skip(f"the snippet is for {snippet.target}; this is Django {version}")
     project = tmp_path / "project"
     shutil.copytree(new_project, project)
     apps = _reader_modules(project, snippet)
     settings = project / "mysite" / "settings.py"
     with settings.open("a", encoding="utf-8") as f:
         f.write(f"\nINSTALLED_APPS += {apps!r}\n\n{snippet.body}")
-    checked = _run([sys.executable, "manage.py", "check"], cwd=project)
+    checked = _run([python, "manage.py", "check"], cwd=project)
     assert checked.returncode == 0, f"{snippet}\n{checked.stdout}\n{checked.stderr}"
     assert "ERROR" not in checked.stderr and "Traceback" not in checked.stderr, checked.stderr
 
