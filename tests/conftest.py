@@ -8,7 +8,6 @@ import os
 import socket
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from kinetis_queue import connections as queue_connections
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.support import rabbitmq_leaks, stray_logs
-from tests.support.backends import Backend, outside_row_scope
+from tests.support.backends import Backend
 from tests.support.fixtures import (  # noqa: F401  (pytest finds fixtures in conftest.py)
     backend,
     connection,
@@ -50,9 +49,6 @@ SERVICES = {
 # fail on a loaded machine or under coverage tracing (make test measures coverage), not on a defect.
 hypothesis_settings.register_profile("kq-default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 hypothesis_settings.load_profile("kq-default")
-
-#: The tests/ folder: the extended rows' scope is given relative to it.
-TESTS = Path(__file__).parent
 
 #: Backend ids whose tests run on Django 5.2 LTS too (the core and SQL suite).
 CORE_BACKENDS = {"sync", "sql-sqlite", "sql-postgres", "sql-mariadb"}
@@ -122,9 +118,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.core)
         rows = [value for value in callspec.params.values() if isinstance(value, Backend)] if callspec else []
         if any(not each.fault_tier for each in rows) and "faults" in item.path.parts:
-            deselected.append(item)
-            continue
-        if outside_row_scope(item.path.relative_to(TESTS).as_posix(), rows):
             deselected.append(item)
             continue
         kept.append(item)
