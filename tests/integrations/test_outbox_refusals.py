@@ -411,6 +411,7 @@ def test_a_rabbitmq_job_whose_headers_do_not_fit_in_a_frame_becomes_a_failed_job
 
 
 @pytest.mark.parametrize("built", RABBIT_PAIRS[:1], indirect=True)
+@pytest.mark.logs_errors("kinetis_queue.outbox")  # the relay logs the send it will retry
 def test_a_rabbitmq_nack_is_no_refusal_for_good(built: tuple[Queue, str, Any], queue_name: str) -> None:
     """A queue at its x-max-length with overflow reject-publish nacks: the queue may drain (and a nack gives no
     reason: the broker also nacks on an internal error), so the row stays and goes once the queue takes it."""
