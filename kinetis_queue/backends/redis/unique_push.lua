@@ -29,11 +29,7 @@
 local function push_unique(lock_key, pending_key, delayed_key, prioritized_key, sequence_key, id, member, ready_at,
                            lifetime, debounce, priority)
     local function store(stored)
-        if ready_at == '' then
-            make_ready(pending_key, prioritized_key, sequence_key, stored, priority)
-        else
-            redis.call('ZADD', delayed_key, ready_at, stored)
-        end
+        store_envelope(pending_key, delayed_key, prioritized_key, sequence_key, ready_at, priority, stored)
     end
 
     local holder = redis.call('HMGET', lock_key, 'id', 'member')
