@@ -37,6 +37,7 @@ from kinetis_queue.worker import JobOutcome, JobReport, Worker
 from tests import task_defs
 from tests.support.backends import Backend
 from tests.support.helpers import wait_until
+from tests.support.stray_logs import TASKS_LOGGER
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -120,7 +121,7 @@ def test_arguments_without_a_json_round_trip_are_rejected_before_anything_is_sto
     assert queues["sqlite"].size(tq) == 0
 
 
-@pytest.mark.logs_errors("django.tasks", "kinetis_queue.worker")
+@pytest.mark.logs_errors(TASKS_LOGGER, "kinetis_queue.worker")
 def test_a_failing_task_is_retried_then_failed_with_one_error_per_attempt(tq: str, events: list) -> None:
     result = task_defs.explode.using(queue_name=tq).enqueue()
     work(tq, default_max_attempts=2)
@@ -153,7 +154,7 @@ def test_an_async_task_runs(tq: str) -> None:
     assert result.return_value == 42
 
 
-@pytest.mark.logs_errors("django.tasks")
+@pytest.mark.logs_errors(TASKS_LOGGER)
 def test_a_return_value_that_cannot_be_stored_is_a_final_failure_not_a_retry(tq: str) -> None:
     result = task_defs.returns_unstorable.using(queue_name=tq).enqueue()
     work(tq, default_max_attempts=5)
@@ -433,7 +434,7 @@ def test_a_result_row_that_never_appears_fails_the_delivery_with_the_reason(
     assert task_defs.SEEN == []
 
 
-@pytest.mark.logs_errors("django.tasks", "kinetis_queue.dispatch")
+@pytest.mark.logs_errors(TASKS_LOGGER, "kinetis_queue.dispatch")
 def test_a_push_that_fails_after_the_commit_fails_the_result_and_keeps_later_hooks(tq: str) -> None:
     from django.conf import settings
 
@@ -460,7 +461,7 @@ def test_a_push_that_fails_after_the_commit_fails_the_result_and_keeps_later_hoo
 
 @pytest.mark.trait("stores_jobs")
 @pytest.mark.parametrize("how", ["queue_retry", "failed.retry"])
-@pytest.mark.logs_errors("django.tasks", "kinetis_queue.worker")
+@pytest.mark.logs_errors(TASKS_LOGGER, "kinetis_queue.worker")
 def test_retrying_a_task_that_failed_for_good_runs_it_again_and_keeps_its_history(
     connection: Queue, backend: Backend, tq: str, how: str
 ) -> None:

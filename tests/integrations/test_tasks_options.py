@@ -28,6 +28,7 @@ from kinetis_queue.settlement import RETRY_KEY, job_retry_delay
 from kinetis_queue.worker import JobOutcome, JobReport, Worker
 from tests import task_option_defs as defs
 from tests.support.backends import Backend
+from tests.support.stray_logs import TASKS_LOGGER
 
 
 def tasks_on(connection: str) -> dict[str, Any]:
@@ -137,7 +138,7 @@ def test_run_after_stays_dynamic_as_django_defines_it() -> None:
 
 
 @pytest.mark.trait("stores_jobs")
-@pytest.mark.logs_errors("django.tasks", "kinetis_queue.worker")
+@pytest.mark.logs_errors(TASKS_LOGGER, "kinetis_queue.worker")
 def test_max_attempts_replaces_the_workers_cap(tq: str, run: Run) -> None:
     result = defs.always_fails.using(queue_name=tq).enqueue()
     first = run.step(tq)
@@ -186,7 +187,7 @@ def test_the_retry_rule_in_a_jobs_metadata_doubles_or_stays_fixed() -> None:
 
 
 @pytest.mark.trait("stores_jobs")
-@pytest.mark.logs_errors("django.tasks", "kinetis_queue.worker")
+@pytest.mark.logs_errors(TASKS_LOGGER, "kinetis_queue.worker")
 def test_timeout_limits_each_attempt_in_place_of_the_workers(connection: Queue, backend: Backend, tq: str) -> None:
     run = Run(connection, backend, job_timeout=300)
     try:
@@ -286,7 +287,7 @@ RETRY_PATHS = pytest.mark.parametrize("via", ["queue_retry", "admin"])
 
 @pytest.mark.trait("stores_jobs")
 @RETRY_PATHS
-@pytest.mark.logs_errors("django.tasks", "kinetis_queue.worker")
+@pytest.mark.logs_errors(TASKS_LOGGER, "kinetis_queue.worker")
 def test_a_retried_task_keeps_its_timeout(connection: Queue, backend: Backend, tq: str, via: str) -> None:
     """@task(timeout=0.5) on a worker whose own limit is 300 s: the retried attempt is interrupted too."""
     run = Run(connection, backend, job_timeout=300)
@@ -303,7 +304,7 @@ def test_a_retried_task_keeps_its_timeout(connection: Queue, backend: Backend, t
 
 @pytest.mark.trait("stores_jobs")
 @RETRY_PATHS
-@pytest.mark.logs_errors("django.tasks", "kinetis_queue.worker")
+@pytest.mark.logs_errors(TASKS_LOGGER, "kinetis_queue.worker")
 def test_a_retried_task_keeps_its_retry_delay_and_max_attempts(
     connection: Queue, backend: Backend, tq: str, via: str
 ) -> None:

@@ -13,6 +13,7 @@ from django.test import override_settings
 
 from kinetis_queue.models import TaskResultRecord
 from tests import task_defs
+from tests.support.stray_logs import TASKS_LOGGER
 
 
 def closed_port() -> int:
@@ -50,7 +51,7 @@ def test_a_push_that_fails_at_once_deletes_the_result_row(down: int) -> None:
     assert rows() == before
 
 
-@pytest.mark.logs_errors("django.tasks", "kinetis_queue.dispatch")
+@pytest.mark.logs_errors(TASKS_LOGGER, "kinetis_queue.dispatch")
 def test_a_push_failing_after_commit_leaves_a_row_deleted_meanwhile_deleted(down: int) -> None:
     """The commit hook marks a READY row FAILED; a row the transaction deleted is not brought back."""
     before = rows()

@@ -23,6 +23,7 @@ from kinetis_queue.contrib.tasks.compat import TaskResult, task_enqueued, task_f
 from kinetis_queue.worker import Worker
 from tests import task_option_defs as defs
 from tests.support.backends import Backend
+from tests.support.stray_logs import TASKS_LOGGER
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def test_a_task_retried_once_sends_started_per_attempt_and_finished_once(
     connection: Queue, backend: Backend, tq: str, sent: list[Sent], caplog: pytest.LogCaptureFixture
 ) -> None:
     result = defs.fails_once.using(queue_name=tq).enqueue()
-    with caplog.at_level(logging.DEBUG, logger="django.tasks"):
+    with caplog.at_level(logging.DEBUG, logger=TASKS_LOGGER):
         work(connection, backend, tq, 2)
     assert shape(sent) == [
         ("enqueued", "READY", 0, 0),
@@ -109,7 +110,7 @@ def test_a_task_retried_once_sends_started_per_attempt_and_finished_once(
     assert {s.id for s in sent} == {result.id}
     assert {s.keywords for s in sent} == {frozenset({"task_result"})}
     # Django's own receivers log them as for its backends: one line per started attempt, one at the end.
-    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "django.tasks"]
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == TASKS_LOGGER]
     path = "tests.task_option_defs.fails_once"
     assert lines == [
         ("INFO", f"Task id={result.id} path={path} state=RUNNING"),
@@ -119,7 +120,7 @@ def test_a_task_retried_once_sends_started_per_attempt_and_finished_once(
 
 
 @pytest.mark.trait("stores_jobs")
-@pytest.mark.logs_errors("django.tasks", "kinetis_queue.worker")
+@pytest.mark.logs_errors(TASKS_LOGGER, "kinetis_queue.worker")
 def test_a_task_that_fails_for_good_sends_finished_once_failed(
     connection: Queue, backend: Backend, tq: str, sent: list[Sent]
 ) -> None:

@@ -15,6 +15,7 @@ names exempts every logger; use it only where the test provokes records from log
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 from collections import Counter
@@ -26,6 +27,10 @@ import pytest
 
 #: The marker a test carries when it expects ERROR records and does not take caplog.
 MARKER = "logs_errors"
+
+#: The logger of Django's Tasks framework, which logs a task that fails for good at ERROR: ``django.tasks`` from
+#: Django 6, ``django_tasks`` in the backport the Django 5.2 stage runs.
+TASKS_LOGGER = "django.tasks" if importlib.util.find_spec("django.tasks") else "django_tasks"
 
 
 @dataclass(frozen=True)
