@@ -20,7 +20,7 @@ from kinetis_queue.contracts import Queue
 from tests.faults import history, procs, stores
 from tests.faults.harness import finish, push
 from tests.faults.history import new_tag
-from tests.faults.jobs import Held, Tagged
+from tests.faults.jobs import Held
 from tests.support.backends import BACKENDS, Backend
 from tests.support.helpers import wait_until
 
@@ -135,30 +135,43 @@ def test_worker_skew_against_sql_reservations(
 def test_worker_skew_against_redis_leases(
     backend: Backend, connection: Queue, queue_name: str, history_dir: Path, seed: int, run_id: str
 ) -> None:
-    """D3: workers at +1 h and -1 h, VT 2 s (renewal every 1 s), jobs of 3 x VT: no reclaim while alive.
+    """D3: workers at +1 h and -1 h, VT 2 s (renewal every 1 s), jobs held past 3 x VT: no reclaim while alive.
 
     Contract, "Reservation and recovery": a Redis lease expires by Redis ``TIME``, so a worker's own clock
-    never makes a live lease look expired. One holder per skew runs a 6 s job while one competitor per
-    skew polls the same queue: had a lease been scored with a worker's clock, the competitor an hour ahead
-    of the -1 h holder would reclaim its job at once.
+    never makes a live lease look expired. One holder per skew runs a job while one competitor per skew
+    polls the same queue: had a lease been scored with a worker's clock, the competitor an hour ahead of the
+    -1 h holder would reclaim its job at once. The jobs run until both competitors are up and have polled
+    beside them for 3 x VT: a job of a fixed length could end before a competitor slow to start under load
+    was polling (then the competitor, stopped while it started, died of the SIGTERM and proved nothing).
     """
     store = stores.store_for(backend, connection)
     skews = {"+3600s": new_tag(run_id, 1), "-3600s": new_tag(run_id, 2)}
+    release = history_dir / "release"
     for tag in skews.values():
-        push(connection, Tagged(tag, ms=6000), queue_name)
+        push(connection, Held(tag, str(release)), queue_name)
     holders = [
         procs.spawn(backend, [queue_name], history_dir, "--once", "--sleep=5", visibility_timeout=2, faketime=skew)
         for skew in skews
     ]
     started = set(skews.values())
-    wait_until(lambda: started <= {e["tag"] for e in history.read(history_dir) if e["e"] == "exec.start"}, 30)
+    wait_until(lambda: started <= {e["tag"] for e in history.read(history_dir) if e["e"] == "exec.start"}, 60)
     competitors = [
         procs.spawn(backend, [queue_name], history_dir, "--sleep=0.5", visibility_timeout=2, faketime=skew)
         for skew in skews
     ]
     try:
+        for process in competitors:
+            wait_until(
+                lambda p=process: any(
+                    e["e"] == "worker.ready" and e["pid"] == p.pid for e in history.read(history_dir)
+                ),
+                60,
+            )
+        time.sleep(6)  # both competitors poll beside the live leases for 3 x VT: an absence, nothing to await
+        release.touch()
         assert [p.wait(timeout=60) for p in holders] == [0, 0]
     finally:
+        release.touch()
         exits = [procs.stop(p) for p in competitors]
     drain_s = procs.drain(connection, [queue_name], store)
 
