@@ -125,7 +125,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_storm)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-        items[:] = kept
+    # The fault tier first: pytest-xdist hands tests out in this order, and its multi-process scenarios of up to
+    # minutes each, left to the end of the collection, ran on one or two processes while the others stood idle.
+    kept.sort(key=lambda item: "faults" not in item.path.parts)
+    items[:] = kept
 
 
 @pytest.fixture(scope="session")

@@ -46,6 +46,7 @@ from tests.faults.inproc import CallTimer, Pusher, RenewalLog, Route, ThreadWork
 from tests.faults.jobs import Tagged, TaggedFails
 from tests.faults.servers import PrivateRedis, PrivateServer, free_port
 from tests.support.backends import BACKENDS, Backend
+from tests.support.coverage_env import uncovered
 from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(120)]
@@ -567,6 +568,7 @@ class PrivateMoto(PrivateServer):
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                env=uncovered(),
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )

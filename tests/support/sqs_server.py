@@ -22,6 +22,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from tests.support.coverage_env import uncovered
+
 #: The variable a worker subprocess reads the endpoint from (tests/settings.py).
 ENDPOINT_VARIABLE = "KINETIS_TESTS_SQS_ENDPOINT"
 REGION = "us-east-1"
@@ -79,6 +81,7 @@ class MotoServer:
         with log.open("wb") as out:
             process = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                env=uncovered(),
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
