@@ -22,6 +22,7 @@ from django.urls import reverse
 
 from kinetis_queue import queues
 from kinetis_queue.models import FailedJob
+from kinetis_queue.transactions import write_atomic
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.support.stray_logs import expected_errors
@@ -43,21 +44,26 @@ STATUS_SETTINGS = {
 def _user(role: str) -> User | None:
     if role == "anonymous":
         return None
-    # No password (tests log in with force_login): hashing one would cost more than the test.
-    user = User.objects.create_user(f"{role}-{uuid.uuid4().hex[:12]}", password=None)
-    user.is_staff = role != "non_staff"
-    user.is_superuser = role == "superuser"
-    user.save()
-    codenames = {
-        "non_staff": ["view_failedjob", "change_failedjob", "delete_failedjob"],
-        "staff_without_permission": [],
-        "view_only": ["view_failedjob"],
-        "full": ["view_failedjob", "change_failedjob", "delete_failedjob"],
-        "superuser": [],
-    }[role]
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="kinetis_queue", codename__in=codenames)
-    )
+    # The test's own writes begin IMMEDIATE, as docs/backends/sql.md advises a project on SQLite: setting the
+    # permissions reads, then writes, and a DEFERRED transaction that must upgrade its lock while another
+    # connection writes (the history writer the `record` fixture's worker started) fails at once with
+    # "database is locked" instead of waiting its timeout.
+    with write_atomic("default"):
+        # No password (tests log in with force_login): hashing one would cost more than the test.
+        user = User.objects.create_user(f"{role}-{uuid.uuid4().hex[:12]}", password=None)
+        user.is_staff = role != "non_staff"
+        user.is_superuser = role == "superuser"
+        user.save()
+        codenames = {
+            "non_staff": ["view_failedjob", "change_failedjob", "delete_failedjob"],
+            "staff_without_permission": [],
+            "view_only": ["view_failedjob"],
+            "full": ["view_failedjob", "change_failedjob", "delete_failedjob"],
+            "superuser": [],
+        }[role]
+        user.user_permissions.set(
+            Permission.objects.filter(content_type__app_label="kinetis_queue", codename__in=codenames)
+        )
     return User.objects.get(pk=user.pk)  # a fresh instance: no cached permissions
 
 

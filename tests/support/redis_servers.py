@@ -128,7 +128,25 @@ class LocalCluster(Servers):
                     return False
             return len(self.replicas()) == 3
 
-        await_condition(ok, READY_WITHIN, "the cluster reaching cluster_state:ok")
+        try:
+            await_condition(ok, READY_WITHIN, "the cluster reaching cluster_state:ok")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the nodes: {self._states()}") from None
+
+    def _states(self) -> str:
+        """Each node's cluster state, role and replication link, for a cluster that did not come up."""
+        states = []
+        for port in self.ports:
+            try:
+                info = admin(port).execute_command("CLUSTER", "INFO")
+                text = info.decode() if isinstance(info, bytes) else str(info)
+                state = next((line for line in text.splitlines() if line.startswith("cluster_state:")), "?")
+                replication = admin(port).info("replication")
+                link = replication.get("master_link_status", "-")
+                states.append(f"{port} {state.strip()} role={replication.get('role')} link={link}")
+            except redis.RedisError as error:
+                states.append(f"{port} unreachable ({type(error).__name__})")
+        return "; ".join(states)
 
     def roles(self) -> dict[int, bytes]:
         return {port: admin(port).execute_command("ROLE")[0] for port in self.ports}
