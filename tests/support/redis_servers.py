@@ -8,6 +8,7 @@ started, by process.
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 #: redis-cli --cluster create's options: a replica per master, no question asked.
 REPLICAS = ("--cluster-replicas", "1", "--cluster-yes")
@@ -26,15 +29,33 @@ MANUAL_FAILOVER_TIMEOUT = 6.0
 READY_WITHIN = 30.0
 
 
+#: Where the ports of these servers are chosen: below the kernel's ephemeral range, from which every outgoing
+#: connection (a cluster bus link, a client) takes its port. A port bind(0) handed out came from that range, and
+#: an outgoing connection could take it before the server bound it: the server then exited at start-up and the
+#: cluster never came up (make test-rows, one xdist worker's six nodes and their twelve ports at a time).
+PORTS = range(20000, 32000)
+#: Servers started again on other ports when a port was taken between its choice and the server's bind.
+LAUNCH_TRIES = 5
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port in PORTS that nothing listens on now."""
+    while True:
+        port = random.choice(PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def free_port_pair() -> tuple[int, int]:
-    """Two free ports: a cluster node's, and its cluster bus's (``--cluster-port``)."""
-    return free_port(), free_port()
+    """Two free ports, not the same: a cluster node's, and its cluster bus's (``--cluster-port``)."""
+    port = free_port()
+    while (other := free_port()) == port:
+        pass
+    return port, other
 
 
 def await_condition(condition: Callable[[], bool], within: float, what: str) -> None:
@@ -69,6 +90,32 @@ class Servers:
                 ["redis-server", *args], cwd=self.directory, stdout=log, stderr=subprocess.STDOUT
             )
 
+    def launch(self, args: Callable[[int, int], tuple[str, ...]]) -> tuple[int, int]:
+        """Start a server on a free port (and a second one it needs, such as its cluster bus) and wait until it
+        answers; one that exits instead lost a port to another process after its choice, and starts again on
+        new ports (at most LAUNCH_TRIES times)."""
+        for _ in range(LAUNCH_TRIES):
+            port, other = free_port_pair()
+            self.start(port, *args(port, other))
+            process = self.processes[port]
+
+            def answered_or_exited(port: int = port, process: subprocess.Popen[bytes] = process) -> bool:
+                if process.poll() is not None:
+                    return True
+                # One short try a poll: whatever else holds the port may never answer, and admin()'s client
+                # retries with a backoff of its own.
+                probe = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
+                try:
+                    return bool(probe.ping())
+                finally:
+                    probe.close()
+
+            await_condition(answered_or_exited, READY_WITHIN, f"redis on {port} answering")
+            if process.poll() is None:
+                return port, other
+            del self.processes[port]
+        raise AssertionError(f"redis-server exited at start-up {LAUNCH_TRIES} times (logs in {self.directory})")
+
     def stop(self) -> None:
         for process in self.processes.values():
             process.kill()
@@ -86,24 +133,23 @@ class LocalCluster(Servers):
 
     def __init__(self) -> None:
         super().__init__("cluster")
-        pairs = [free_port_pair() for _ in range(6)]
-        self.ports = [port for port, _ in pairs]
+        self.ports: list[int] = []
         try:
-            self._create(pairs)
+            self._create()
         except BaseException:
             self.stop()
             raise
 
-    def _create(self, pairs: list[tuple[int, int]]) -> None:
-        for port, bus in pairs:
-            self.start(
-                port,
-                *_plain(port),
-                *("--cluster-enabled", "yes", "--cluster-port", str(bus)),
-                *("--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout", "2000"),
+    def _create(self) -> None:
+        for _ in range(6):
+            port, _bus = self.launch(
+                lambda port, bus: (
+                    *_plain(port),
+                    *("--cluster-enabled", "yes", "--cluster-port", str(bus)),
+                    *("--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout", "2000"),
+                )
             )
-        for port in self.ports:
-            await_condition(lambda port=port: bool(admin(port).ping()), READY_WITHIN, f"redis on {port} answering")
+            self.ports.append(port)
         subprocess.run(
             ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports), *REPLICAS],
             check=True,
