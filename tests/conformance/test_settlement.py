@@ -92,8 +92,11 @@ def test_release_delay_is_a_floor(connection: Queue, queue_name: str) -> None:
     connection.release(first, 1.0)
 
     assert connection.size(queue_name) == 1  # held back, but waiting work
-    assert connection.pop(0.2, [queue_name]) is None
-    second = _pop(connection, queue_name)
+    # The floor is the time at which the job came back, whenever the test looked: on a loaded machine, or on a
+    # store whose size() takes a while (the quorum row declares its ladder's 22 quorum tiers on a first read),
+    # the second look may come after the delay, and then the job is rightly there.
+    early = connection.pop(0.2, [queue_name])
+    second = early if early is not None else _pop(connection, queue_name)
     elapsed = time.monotonic() - start
     # A correctness property of the floor, not a speed claim: no upper bound is asserted.
     assert elapsed >= 1.0, f"redelivered {elapsed:.3f}s after a release with a 1s delay"
