@@ -64,6 +64,17 @@ FIND_PYTHON := pyenv_root="$$(pyenv root 2>/dev/null || true)"; \
 	  if "$$c" $(IS_PY312) >/dev/null 2>&1; then command -v "$$c"; exit 0; fi; \
 	done; exit 1
 
+# Creates the venv $(1) with $(VENV)'s base interpreter, or reuses it when it already runs that interpreter's
+# version (the Django 5.2 and 6.0 venvs).
+SIBLING_VENV = base="$$("$(PY)" -c 'import sys; print(sys._base_executable)')"; \
+	want="$$("$$base" -c 'import sys; print(sys.version)')"; \
+	if [ -x "$(1)/bin/python" ] && [ "$$("$(1)/bin/python" -c 'import sys; print(sys.version)' 2>/dev/null)" = "$$want" ]; then \
+	  echo "reusing $(1) ($$("$(1)/bin/python" -V))"; \
+	else \
+	  echo "creating $(1) with $$base ($$("$$base" -V))"; \
+	  "$$base" -m venv --clear "$(1)"; \
+	fi
+
 # Prints the total line and branch coverage of the last `pytest --cov` run (coverage json on stdin).
 export COVERAGE_TOTALS := import json, sys; t = json.load(sys.stdin)["totals"]; \
 	print(f"== coverage of kinetis_queue/: lines {t['percent_statements_covered']:.1f}%", \
@@ -112,14 +123,7 @@ $(DEMO_VENV)/.installed: pyproject.toml
 venv52: $(VENV52)/.installed
 
 $(VENV52)/.installed: pyproject.toml scripts/system-deps.sh | $(VENV)/.installed
-	@base="$$("$(PY)" -c 'import sys; print(sys._base_executable)')"; \
-	want="$$("$$base" -c 'import sys; print(sys.version)')"; \
-	if [ -x "$(PY52)" ] && [ "$$("$(PY52)" -c 'import sys; print(sys.version)' 2>/dev/null)" = "$$want" ]; then \
-	  echo "venv52: reusing $(VENV52) ($$("$(PY52)" -V))"; \
-	else \
-	  echo "venv52: creating $(VENV52) with $$base ($$("$$base" -V))"; \
-	  "$$base" -m venv --clear "$(VENV52)"; \
-	fi
+	@$(call SIBLING_VENV,$(VENV52))
 	"$(PY52)" -m pip install --quiet --upgrade pip
 	"$(PY52)" -m pip install --progress-bar off -e '.[dev]' 'django>=5.2,<5.3' 'django-stubs>=5.2,<5.3' \
 	  'django-tasks>=0.12'
@@ -130,14 +134,7 @@ $(VENV52)/.installed: pyproject.toml scripts/system-deps.sh | $(VENV)/.installed
 venv60: $(VENV60)/.installed
 
 $(VENV60)/.installed: pyproject.toml scripts/system-deps.sh | $(VENV)/.installed
-	@base="$$("$(PY)" -c 'import sys; print(sys._base_executable)')"; \
-	want="$$("$$base" -c 'import sys; print(sys.version)')"; \
-	if [ -x "$(PY60)" ] && [ "$$("$(PY60)" -c 'import sys; print(sys.version)' 2>/dev/null)" = "$$want" ]; then \
-	  echo "venv60: reusing $(VENV60) ($$("$(PY60)" -V))"; \
-	else \
-	  echo "venv60: creating $(VENV60) with $$base ($$("$$base" -V))"; \
-	  "$$base" -m venv --clear "$(VENV60)"; \
-	fi
+	@$(call SIBLING_VENV,$(VENV60))
 	"$(PY60)" -m pip install --quiet --progress-bar off -e '.[postgres,mysql,redis,sqs,rabbitmq,schedules,metrics,otel]' \
 	  'django>=6.0,<6.1'
 	touch "$@"
