@@ -36,6 +36,9 @@ PY := $(VENV)/bin/python
 PY52 := $(VENV52)/bin/python
 PY60 := $(VENV60)/bin/python
 PYTEST_WORKERS ?= 4
+# pytest-xdist hands the tests out one at a time in the collection's order (tests/conftest.py spreads the long
+# ones out), a module whose tests share a module-scoped fixture (a wheel build, a browser) as one unit.
+XDIST = -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 # A test that fails is run once more before it counts as failed (pytest-rerunfailures): the fault tier and the
@@ -181,23 +184,23 @@ checks: venv
 # ---- tests ---------------------------------------------------------------------------------------
 
 test: venv venv52 venv60 services lint typecheck checks docs
-	KQ_SNIPPET_PYTHONS="$(PY60)" "$(PY)" -m pytest -n $(PYTEST_WORKERS) $(RERUNS) --cov --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
+	KQ_SNIPPET_PYTHONS="$(PY60)" "$(PY)" -m pytest $(XDIST) $(RERUNS) --cov --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
 	@"$(PY)" -m coverage json -q -o - | "$(PY)" -c "$$COVERAGE_TOTALS"
 	PY="$(PY)" bash scripts/django-task-tests.sh
 	@echo "== core + SQL suite on Django $$("$(PY52)" -c 'import django; print(django.get_version())')"
-	"$(PY52)" -m pytest -n $(PYTEST_WORKERS) $(RERUNS) -m core $(PYTEST_ARGS)
+	"$(PY52)" -m pytest $(XDIST) $(RERUNS) -m core $(PYTEST_ARGS)
 
 # The backend rows left out of make test for its time budget (tests/support/backends.py EXTENDED_ROWS: SQS FIFO,
 # RabbitMQ quorum queues, Redis Cluster, PostgreSQL behind PgBouncer): the conformance suite and the kill storm.
 # CI runs it after make test (.ci/run), so every landing passes them too.
 test-rows: venv services
-	KQ_EXTENDED_ROWS=1 "$(PY)" -m pytest -n $(PYTEST_WORKERS) $(RERUNS) tests/conformance tests/faults/test_kill_storm.py \
+	KQ_EXTENDED_ROWS=1 "$(PY)" -m pytest $(XDIST) $(RERUNS) tests/conformance tests/faults/test_kill_storm.py \
 	  -k "sqs-fifo or rabbitmq-quorum or redis-cluster or sql-pgbouncer" $(PYTEST_ARGS)
 
 # The fault scenarios of many processes killed for a minute or more (-m storm: the kill storms of the outbox,
 # unique jobs, workflows and limits, the multi-scheduler runs), printing their figures; part of make soak too.
 storms: venv services
-	KQ_STORMS=1 "$(PY)" -m pytest -n $(PYTEST_WORKERS) -m storm -rA $(PYTEST_ARGS) | tee reports/storms.log
+	KQ_STORMS=1 "$(PY)" -m pytest $(XDIST) -m storm -rA $(PYTEST_ARGS) | tee reports/storms.log
 
 # The long fault tier (tests/faults, -m soak): KQ_SOAK_SECONDS per scenario and backend (default 1800).
 # One JSON report per scenario and backend in reports/reliability/soak/, then their table in SUMMARY.md.

@@ -103,6 +103,7 @@ def _probe(name: str) -> None:
         pytest.fail(f"{name} is not reachable at {host}:{port} ({exc}); start it with: {how}", pytrace=False)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the xdist_group marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     storms = os.environ.get("KQ_STORMS") == "1" or "storm" in (config.getoption("markexpr", "") or "").replace(
         "not storm", ""
@@ -125,10 +126,52 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_storm)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-    # The fault tier first: pytest-xdist hands tests out in this order, and its multi-process scenarios of up to
-    # minutes each, left to the end of the collection, ran on one or two processes while the others stood idle.
-    kept.sort(key=lambda item: "faults" not in item.path.parts)
-    items[:] = kept
+    for item in kept:
+        if _module_scoped(item):
+            item.add_marker(pytest.mark.xdist_group(item.path.relative_to(config.rootpath).as_posix()))
+    items[:] = _spread(kept)
+
+
+#: Tiers whose tests are long multi-process scenarios or builds (tens of seconds each, most of their CPU in
+#: subprocesses): handed out early and spread out (see _spread).
+HEAVY_TIERS = frozenset({"faults", "packaging", "bench"})
+
+
+def _module_scoped(item: pytest.Item) -> bool:
+    """Whether the test uses a module-scoped fixture (a wheel build, a browser, a live server): its module's tests
+    then go to one xdist process together (``--dist loadgroup``), which builds the fixture once."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
+
+
+def _heavy(item: pytest.Item) -> bool:
+    return not HEAVY_TIERS.isdisjoint(item.path.parts) or item.get_closest_marker("xdist_group") is not None
+
+
+def _spread(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The heavy tests spread evenly over the first two thirds of the others, in collection order otherwise.
+
+    pytest-xdist (``--dist loadgroup --no-loadscope-reorder``, the Makefile) hands the tests out one unit at a
+    time in this order. Left last, the fault tier's scenarios of up to a minute each ran on one or two
+    processes while the others stood idle; all first, they ran four at once on two cores; spread out, each
+    process runs about one at a time beside light tests, and none is left for the end.
+    """
+    heavy = [item for item in items if _heavy(item)]
+    light = [item for item in items if not _heavy(item)]
+    if not heavy:
+        return light
+    step = max(1.0, len(light) * 2 / 3 / len(heavy))
+    ordered: list[pytest.Item] = []
+    taken = 0
+    for index, item in enumerate(light):
+        while taken < len(heavy) and taken * step <= index:
+            ordered.append(heavy[taken])
+            taken += 1
+        ordered.append(item)
+    ordered.extend(heavy[taken:])
+    return ordered
 
 
 @pytest.fixture(scope="session")
