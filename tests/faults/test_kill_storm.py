@@ -5,9 +5,9 @@ leaves its jobs to the backend's recovery, so nothing accepted is lost. Each kil
 execution per delivery the worker held that had started: the jobs running (up to ``--concurrency``)
 and those finished whose ack was still in the ack batch (kinetis_queue.ack_batch, at most a few ms).
 Deliveries reserved ahead and not started are charged an attempt, never run twice. The scenario runs
-at concurrency 1 and 8. The nemesis kills a worker at most every ``kill_every`` seconds, and only one
-that has finished its share of the round (``jobs / KILLS_PER_ROUND``): about 20 kills a round on a quiet
-machine or a loaded one, each in the middle of a worker's work.
+at concurrency 1 in ``make test`` and at 8 in ``make storms``. The nemesis kills a worker at most every
+``kill_every`` seconds, and only one that has finished its share of the round (``jobs / KILLS_PER_ROUND``):
+about 20 kills a round on a quiet machine or a loaded one, each in the middle of a worker's work.
 """
 
 from __future__ import annotations
@@ -149,9 +149,15 @@ def storm(
     return report
 
 
+#: Concurrency 1 runs in ``make test`` on every row; 8 in ``make storms`` (issue 28: one concurrency proves the
+#: point in the suite). At 8 the SQS rows spent about 200 s of a loaded run re-reading 1-second leases on moto
+#: for 800 jobs, where concurrency 1 proves the same guarantee (nothing accepted is lost to a SIGKILL) in 40 s.
+CONCURRENCIES = [pytest.param(1, id="c1"), pytest.param(8, id="c8", marks=pytest.mark.storm)]
+
+
 @pytest.mark.fault
 @pytest.mark.timeout(360)  # about 60 s on a quiet machine; a loaded one (CI beside other work) takes far longer
-@pytest.mark.parametrize("concurrency", [1, 8], ids=["c1", "c8"])
+@pytest.mark.parametrize("concurrency", CONCURRENCIES)
 def test_kill_storm_loses_nothing(
     concurrency: int,
     backend: Backend,
