@@ -20,6 +20,7 @@ from kinetis_queue.contracts import Queue, QueueStats
 from kinetis_queue.exceptions import QueueConfigurationError
 from kinetis_queue.observability import views
 from tests.support.backends import Backend
+from tests.support.helpers import connections_only
 
 TOKEN = "t0ken-for-the-scraper-only"
 #: The views mounted apart, as a project may: health for the probes, metrics on an internal path.
@@ -30,7 +31,10 @@ WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 
 
 def _also(**top: Any) -> Any:
-    """KINETIS_QUEUE as now in force, with ``top``'s keys set."""
+    """KINETIS_QUEUE as now in force, with ``top``'s keys set: for the metrics tests, the default connection
+    alone (the view's depths read every queue of every connection: see connections_only)."""
+    if top.get("METRICS"):
+        return connections_only(**top)
     return override_settings(KINETIS_QUEUE={**settings.KINETIS_QUEUE, **top})
 
 

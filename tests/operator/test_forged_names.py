@@ -9,9 +9,8 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-from django.conf import settings
 from django.core.management import call_command
-from django.test import Client, override_settings
+from django.test import Client
 
 from kinetis_queue.contracts import Queue
 from kinetis_queue.contrib.receivers import QueuedReceiverJob
@@ -23,6 +22,7 @@ from kinetis_queue.observability.tally import TALLY
 from kinetis_queue.registry import UNKNOWN_NAME
 from kinetis_queue.worker import Worker
 from tests.support.backends import Backend
+from tests.support.helpers import connections_only
 
 pytestmark = pytest.mark.trait("stores_jobs")
 
@@ -33,11 +33,12 @@ ESCAPED = "\\x1b[2Jforged.receivers.wipe\\x0aWARNING all good"
 
 
 @pytest.fixture
-def counted() -> Iterator[None]:
+def counted(backend: Backend) -> Iterator[None]:
     """HISTORY and METRICS on (the process's tally counts pushes and deliveries, the metrics view reads
-    it, open to this client); the history's writer stopped after."""
+    it, open to this client), the row's connection the only one besides the default; the history's writer
+    stopped after."""
     switches = {"HISTORY": True, "METRICS": True, "ENDPOINTS": {"ALLOW": ["127.0.0.1"]}}
-    with override_settings(KINETIS_QUEUE={**settings.KINETIS_QUEUE, **switches}):
+    with connections_only(backend.connection, **switches):
         setup.configure()
         yield
         WRITER.stop()

@@ -147,11 +147,14 @@ def redis_cluster_row(redis_cluster: Any) -> RedisTopology:
 
 
 @pytest.fixture
-def sqs_queues(moto_server: Any, queue_name: str) -> Any:
-    """The sqs backend's setup: creates, on moto's server, each queue this test names after queue_name."""
+def sqs_queues(moto_server: Any, queue_name: str) -> Iterator[Any]:
+    """The sqs backend's setup: creates, on moto's server, each queue this test names after queue_name, and
+    deletes them after the test (a server that kept every test's queues made each listing of them slower)."""
     from tests.support.sqs_server import SqsTestQueues
 
-    return SqsTestQueues(moto_server, queue_name)
+    queues = SqsTestQueues(moto_server, queue_name)
+    yield queues
+    queues.delete_all()
 
 
 @pytest.fixture(scope="session")

@@ -128,3 +128,20 @@ def find_redis_member(backend: Backend, job_id: str, kind: str) -> tuple[str, by
                 if f'"id":"{job_id}"'.encode() in member:
                     return key.decode(), member
     raise AssertionError(f"job {job_id} is not in any {kind} key under {prefix!r}")
+
+
+def connections_only(*names: str, **top: Any) -> Any:
+    """``override_settings`` of KINETIS_QUEUE keeping only the connections ``names`` (the default one, sqlite,
+    always) and setting ``top``'s keys.
+
+    For a test of a view that reads every connection's every queue (the metrics' depths, the status page) while
+    asserting on its own: the suite's twenty-odd connections share six stores that hold every earlier test's
+    queues by then, and reading them all took a metrics test 40 s late in a run against 2 s at its start.
+    """
+    from django.conf import settings
+    from django.test import override_settings
+
+    setting = settings.KINETIS_QUEUE
+    kept = {"sqlite", *names}
+    connections = {name: entry for name, entry in setting["CONNECTIONS"].items() if name in kept}
+    return override_settings(KINETIS_QUEUE={**setting, "CONNECTIONS": connections, **top})
