@@ -1,7 +1,7 @@
 # Build and test plumbing for kinetis-queue. Run from the repository root.
 #
-#   make test      services, lint, typecheck, Django checks, the full suite (Django from the dev install)
-#                  with line and branch coverage of kinetis_queue/ (worker subprocesses included), then
+#   make test      services, lint, typecheck, Django checks, the full suite on every backend row (Django from the
+#                  dev install) with line and branch coverage of kinetis_queue/ (worker subprocesses included), then
 #                  the core + SQL suite (pytest -m core) on Django 5.2 LTS
 #   make dist      the sdist and the wheel in dist/ (python -m build), checked by twine check --strict; in its own
 #                  venv (.venv-dist: build and twine only; no system packages, no root)
@@ -14,8 +14,6 @@
 #                  --n 20000 --processes 1,2,4 for a short run); docs/capacity.md reads it
 #   make bench-peers  kinetis-queue beside Dramatiq, Celery, RQ, Huey, procrastinate and django-tasks-db
 #                  (python -m bench.peers) in their own venv (.venv-bench: the project + the bench extra)
-#   make test-rows the rows kept out of make test for its time (SQS FIFO, quorum, Redis Cluster, PgBouncer):
-#                  their conformance suite and kill storm; .ci/run runs it after make test
 #   make storms    the fault scenarios of many processes killed for a minute or more (-m storm), with figures
 #   make soak      storms, then the long fault tier (tests/faults -m soak; KQ_SOAK_SECONDS per scenario and backend)
 #
@@ -85,7 +83,7 @@ export COVERAGE_TOTALS := import json, sys; t = json.load(sys.stdin)["totals"]; 
 	f"({t['covered_branches']}/{t['num_branches']})")
 
 .PHONY: venv venv52 venv60 demo-venv bench-venv demo lint typecheck checks services test bench bench-scale bench-peers storms \
-	soak clean dist docs docs-serve test-rows
+	soak clean dist docs docs-serve
 
 # ---- virtual environments ------------------------------------------------------------------------
 
@@ -189,13 +187,6 @@ test: venv venv52 venv60 services lint typecheck checks docs
 	PY="$(PY)" bash scripts/django-task-tests.sh
 	@echo "== core + SQL suite on Django $$("$(PY52)" -c 'import django; print(django.get_version())')"
 	"$(PY52)" -m pytest $(XDIST) $(RERUNS) -m core $(PYTEST_ARGS)
-
-# The backend rows left out of make test for its time budget (tests/support/backends.py EXTENDED_ROWS: SQS FIFO,
-# RabbitMQ quorum queues, Redis Cluster, PostgreSQL behind PgBouncer): the conformance suite and the kill storm.
-# CI runs it after make test (.ci/run), so every landing passes them too.
-test-rows: venv services
-	KQ_EXTENDED_ROWS=1 "$(PY)" -m pytest $(XDIST) $(RERUNS) tests/conformance tests/faults/test_kill_storm.py \
-	  -k "sqs-fifo or rabbitmq-quorum or redis-cluster or sql-pgbouncer" $(PYTEST_ARGS)
 
 # The fault scenarios of many processes killed for a minute or more (-m storm: the kill storms of the outbox,
 # unique jobs, workflows and limits, the multi-scheduler runs), printing their figures; part of make soak too.

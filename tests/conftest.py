@@ -21,7 +21,7 @@ from kinetis_queue import connections as queue_connections
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.support import rabbitmq_leaks, stray_logs
-from tests.support.backends import Backend
+from tests.support.backends import EXTENDED_ROWS, Backend
 from tests.support.fixtures import (  # noqa: F401  (pytest finds fixtures in conftest.py)
     backend,
     connection,
@@ -121,6 +121,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if any(not each.fault_tier for each in rows) and "faults" in item.path.parts:
             deselected.append(item)
             continue
+        if any(each.id in EXTENDED_ROWS for each in rows) and not _row_suite(item):
+            deselected.append(item)
+            continue
         kept.append(item)
         if item.get_closest_marker("storm") is not None and not storms:
             item.add_marker(skip_storm)
@@ -135,6 +138,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #: Tiers whose tests are long multi-process scenarios or builds (tens of seconds each, most of their CPU in
 #: subprocesses): handed out early and spread out (see _spread).
 HEAVY_TIERS = frozenset({"faults", "packaging", "bench"})
+
+
+def _row_suite(item: pytest.Item) -> bool:
+    """Whether the test is of what an extended row runs (tests/support/backends.py EXTENDED_ROWS): the
+    conformance suite and the kill storm."""
+    return "conformance" in item.path.parts or item.path.name == "test_kill_storm.py"
 
 
 def _module_scoped(item: pytest.Item) -> bool:

@@ -5,7 +5,6 @@ A new backend adds one row here (and its connection in tests/settings.py).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 
@@ -152,15 +151,13 @@ BACKENDS = [
     ),
 ]
 
-#: Issue 20: rows of another configuration of a store that already has its row, which together would take
-#: `make test` past its 25-minute budget (about 12 minutes at -n 2, and their servers' load slows the SQS
-#: fault scenarios beside them): they run with KQ_EXTENDED_ROWS=1 (`make test-rows`: the conformance suite and
-#: the kill storm, run by CI after `make test`), not in `make test`, until the suite is fast enough to hold them.
-#: Their specific tests (tests/specific) stay in `make test`.
-EXTENDED_ROWS = {"sqs-fifo", "rabbitmq-quorum", "redis-cluster", "sql-pgbouncer"}
-#: Every row, the extended ones included (a test of one row's own mechanism takes it from here).
-ALL_BACKENDS = list(BACKENDS)
-if os.environ.get("KQ_EXTENDED_ROWS") != "1":
-    BACKENDS = [b for b in BACKENDS if b.id not in EXTENDED_ROWS]
+#: Issue 20: rows of another configuration of a store that already has its row. Of the suite they run the
+#: conformance suite and the kill storm (tests/conftest.py deselects the rest): the store's other tests already
+#: run on its first row, and the row's own mechanism has its specific tests (tests/specific). Issue 28 brought
+#: them back into `make test`.
+EXTENDED_ROWS = frozenset({"sqs-fifo", "rabbitmq-quorum", "redis-cluster", "sql-pgbouncer"})
+#: Every row (a test of one row's own mechanism takes it from here).
+ALL_BACKENDS = BACKENDS
 
-SQL_BACKENDS = [b for b in BACKENDS if b.database is not None]
+#: The SQL rows a test of the SQL store's own mechanisms runs on (not the pooled row: test_sql_pgbouncer.py).
+SQL_BACKENDS = [b for b in BACKENDS if b.database is not None and b.id not in EXTENDED_ROWS]

@@ -32,7 +32,7 @@ READY_WITHIN = 30.0
 #: Where the ports of these servers are chosen: below the kernel's ephemeral range, from which every outgoing
 #: connection (a cluster bus link, a client) takes its port. A port bind(0) handed out came from that range, and
 #: an outgoing connection could take it before the server bound it: the server then exited at start-up and the
-#: cluster never came up (make test-rows, one xdist worker's six nodes and their twelve ports at a time).
+#: cluster never came up (make test, one xdist worker's six nodes and their twelve ports at a time).
 PORTS = range(20000, 32000)
 #: Servers started again on other ports when a port was taken between its choice and the server's bind.
 LAUNCH_TRIES = 5
