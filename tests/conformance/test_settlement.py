@@ -93,8 +93,8 @@ def test_release_delay_is_a_floor(connection: Queue, queue_name: str) -> None:
 
     assert connection.size(queue_name) == 1  # held back, but waiting work
     # The floor is the time at which the job came back, whenever the test looked: on a loaded machine, or on a
-    # store whose size() takes a while (the quorum row declares its ladder's 22 quorum tiers on a first read),
-    # the second look may come after the delay, and then the job is rightly there.
+    # store whose size() takes a while, the second look may come after the delay, and then the job is rightly
+    # there.
     early = connection.pop(0.2, [queue_name])
     second = early if early is not None else _pop(connection, queue_name)
     elapsed = time.monotonic() - start

@@ -323,9 +323,9 @@ def test_a_delayed_push_declares_durable_tiers_up_to_its_highest_bit(
         raw.queue_declare(queue_name, durable=False, auto_delete=False)
     assert not _exists(BROKER, ladder.holding_queue(queue_name, 3))
 
-    # size() declares the whole ladder, since a job parked by another process can be in any tier.
+    # size() counts the tiers that exist and declares none above them.
     assert rabbit.size(queue_name) == 1
-    assert _exists(BROKER, ladder.holding_queue(queue_name, 21))
+    assert not _exists(BROKER, ladder.holding_queue(queue_name, 3))
 
 
 def test_every_tier_lives_without_x_expires_behind_its_exchange(
@@ -337,7 +337,7 @@ def test_every_tier_lives_without_x_expires_behind_its_exchange(
     The broker refuses a redeclaration whose equivalence-checked arguments differ (406): the same
     arguments without ``x-expires`` are accepted, and the same plus ``x-expires`` are refused.
     """
-    rabbit.size(queue_name)  # declares all 22 tiers
+    rabbit.push(Noop(), delay=ladder.MAX_DELAY, queue=queue_name)  # enters at the top tier: declares all 22
     for tier in range(ladder.TIERS):
         name, arguments = ladder.holding_queue(queue_name, tier), ladder.holding_arguments(queue_name, tier)
         channel = raw.connection.channel()
@@ -352,7 +352,8 @@ def test_every_tier_lives_without_x_expires_behind_its_exchange(
 
 
 def test_size_and_clear_reach_every_tier(rabbit: RabbitMqQueue, queue_name: str) -> None:
-    """Contract: Counting and clearing (size() sums the real queue and all 22 tiers; clear() purges them all)."""
+    """Contract: Counting and clearing (size() sums the real queue and every tier that exists, here all 22 after
+    the longest delay; clear() purges them all)."""
     for delay in (0, 0, 10, 100, 40_000, ladder.MAX_DELAY):
         rabbit.push(Noop(), delay=delay, queue=queue_name)
     held = rabbit.pop(5, [queue_name])
@@ -380,6 +381,77 @@ def test_stats_split_ready_and_delayed_jobs(rabbit: RabbitMqQueue, queue_name: s
     assert stats.approximate is True
     rabbit.ack(held)
     assert rabbit.size(queue_name) == 2
+
+
+def _exchange_exists(name: str) -> bool:
+    connection = amqp.Connection(host=BROKER)
+    connection.connect()
+    try:
+        connection.channel().exchange_declare(name, "topic", passive=True)
+        return True
+    except amqp.exceptions.NotFound:
+        return False
+    finally:
+        connection.close()
+
+
+def test_reads_of_a_queue_without_delayed_jobs_declare_no_ladder(rabbit: RabbitMqQueue, queue_name: str) -> None:
+    """size(), stats() and clear() count and purge the tiers that exist and create none: a dashboard or a
+    metrics scrape reading every queue's depth must not give each queue 22 holding queues and exchanges."""
+    assert rabbit.size(queue_name) == 0  # a queue never used
+    rabbit.push(Noop(), queue=queue_name)
+    rabbit.push(Noop(), queue=queue_name)
+
+    assert rabbit.size(queue_name) == 2
+    stats = rabbit.stats(queue_name)
+    assert (stats.waiting, stats.ready, stats.delayed) == (2, 2, 0)
+    assert rabbit.clear(queue_name) == 2
+    assert rabbit.size(queue_name) == 0
+
+    assert not _exists(BROKER, ladder.holding_queue(queue_name, 0))
+    assert not _exchange_exists(ladder.tier_exchange(queue_name, 0))
+    assert not _exists(BROKER, ladder.holding_queue(queue_name, ladder.TOP_TIER))
+    # A delayed push afterwards still declares the tiers it needs, and the reads count them.
+    rabbit.push(Noop(), delay=3, queue=queue_name)  # 2 + 1: enters at tier 1
+    assert rabbit.stats(queue_name).delayed == 1
+    assert _exists(BROKER, ladder.holding_queue(queue_name, 1))
+    assert not _exists(BROKER, ladder.holding_queue(queue_name, 2))
+
+
+def test_reads_count_and_clear_the_tiers_a_delayed_push_declared_and_no_more(
+    rabbit: RabbitMqQueue, queue_name: str, raw: Any
+) -> None:
+    """Tiers 0..6 exist (a 100 s delay enters at tier 6, 64 s): both delayed jobs are counted and purged,
+    the ready one too, and tier 7 is never declared."""
+    rabbit.push(Noop(), delay=100, queue=queue_name)  # waits 64 s in tier 6
+    rabbit.push(Noop(), delay=40, queue=queue_name)  # waits 32 s in tier 5
+    rabbit.push(Noop(), queue=queue_name)
+
+    stats = rabbit.stats(queue_name)
+    assert (stats.waiting, stats.ready, stats.delayed) == (3, 1, 2)
+    assert rabbit.size(queue_name) == 3
+    assert rabbit.clear(queue_name) == 3
+
+    assert rabbit.size(queue_name) == 0
+    for tier in range(7):
+        assert raw.queue_declare(ladder.holding_queue(queue_name, tier), passive=True).message_count == 0
+    assert not _exists(BROKER, ladder.holding_queue(queue_name, 7))
+
+
+def test_reads_after_another_process_deleted_the_queue_and_its_ladder_count_what_is_there(
+    make_queue: Callable[..., RabbitMqQueue], queue_name: str
+) -> None:
+    """A ladder deleted under a reader (here by another connection's delete(), top tier first) is read as
+    what is left, not an error, and is not declared again by the read."""
+    rabbit, other = make_queue(), make_queue()
+    rabbit.push(Noop(), delay=100, queue=queue_name)
+    assert rabbit.size(queue_name) == 1
+
+    other.delete(queue_name)
+
+    assert rabbit.stats(queue_name).delayed == 0
+    assert rabbit.clear(queue_name) == 0
+    assert not _exists(BROKER, ladder.holding_queue(queue_name, 0))
 
 
 # -- publishing --------------------------------------------------------------------------------------

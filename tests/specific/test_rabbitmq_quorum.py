@@ -58,19 +58,34 @@ def _declares_as(name: str, arguments: dict[str, Any] | None) -> bool:
         connection.close()
 
 
+def _exists(name: str) -> bool:
+    connection = amqp.Connection(host=BROKER)
+    connection.connect()
+    try:
+        connection.channel().queue_declare(name, passive=True)
+        return True
+    except amqp.exceptions.NotFound:
+        return False
+    finally:
+        connection.close()
+
+
 def test_the_work_queue_and_every_ladder_tier_are_quorum_queues(
     make_queue: Callable[..., RabbitMqQueue], queue_name: str
 ) -> None:
     rabbit = make_queue(queue_type="quorum")
-    rabbit.push(Records("later"), queue=queue_name, delay=3)  # enters at tier 1; stats() declares all 22
+    rabbit.push(Records("later"), queue=queue_name, delay=3)  # enters at tier 1: declares tiers 0 and 1
 
     assert rabbit.stats(queue_name).delayed == 1
+    assert rabbit.clear(queue_name) == 1
     assert _declares_as(queue_name, {"x-queue-type": "quorum"})
     assert not _declares_as(queue_name, None)
-    for tier in (0, ladder.TOP_TIER):
+    for tier in (0, 1):
         # At-least-once dead-lettering (with reject-publish, which it requires) on every tier.
         assert _declares_as(ladder.holding_queue(queue_name, tier), ladder.holding_arguments(queue_name, tier, True))
         assert not _declares_as(ladder.holding_queue(queue_name, tier), ladder.holding_arguments(queue_name, tier))
+    # stats() and clear() read the tiers that exist and declare no more (each would be a Raft group).
+    assert not _exists(ladder.holding_queue(queue_name, 2))
 
 
 def test_a_delayed_job_comes_down_the_quorum_ladder(make_queue: Callable[..., RabbitMqQueue], queue_name: str) -> None:

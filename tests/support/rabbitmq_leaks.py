@@ -14,7 +14,7 @@ Two checks, neither calling the broker per test:
   reached RabbitMQ (a core-only run) skips the listing.
 
 What a test declared through a connection built from KINETIS_QUEUE (``queues[...]``, which views, commands
-and hooks use: a status page's size() declares every queue it lists, with its 22-tier ladder) is deleted
+and hooks use: a status page's size() declares every queue it lists) is deleted
 after the test by an autouse fixture (``_rabbitmq_shared_queues_deleted``); what it declared on a
 RabbitMqQueue it built itself, or through a subprocess, is its own (or its fixture's) to delete.
 """

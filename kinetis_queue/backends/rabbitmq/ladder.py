@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
+import amqp
+
 from kinetis_queue.exceptions import InvalidQueueArgumentError
 
 #: Holding tiers per queue: 1 s, 2 s, 4 s ... 2,097,152 s.
@@ -124,16 +126,29 @@ def declare_tier(channel: Any, queue: str, tier: int, quorum: bool = False) -> N
         channel.exchange_bind(tier_exchange(queue, tier - 1), exchange, binding_pattern(tier, "0"))
 
 
-def count_tier(channel: Any, queue: str, tier: int, quorum: bool = False) -> int:
-    """Messages waiting in tier ``tier``: the count the broker returns when the queue is declared.
+def existing_tier_counts(channel: Any, queue: str) -> list[int]:
+    """The messages waiting in each tier of ``queue``'s ladder that exists, tier 0 first; declares nothing.
 
-    A redeclaration with the same arguments is idempotent and, unlike a passive one, never closes
-    the channel because another process deleted the queue.
+    Tiers are declared bottom up and deleted top down, so those that exist are 0 to some k: each is
+    declared passively from tier 0 up until one is missing. The broker closes the channel over that
+    one, so the caller gives this a channel of its own.
     """
-    declared = channel.queue_declare(
-        holding_queue(queue, tier), durable=True, auto_delete=False, arguments=holding_arguments(queue, tier, quorum)
-    )
-    return int(declared.message_count)
+    counts: list[int] = []
+    try:
+        for tier in range(TIERS):
+            counts.append(int(channel.queue_declare(holding_queue(queue, tier), passive=True).message_count))
+    except amqp.exceptions.NotFound:
+        pass
+    return counts
+
+
+def purge_tier(channel: Any, queue: str, tier: int) -> int:
+    """Purge tier ``tier``: the messages removed, or 0 if the tier is gone (deleted by another process since
+    it was found). The broker closes the channel over a missing tier: give this a channel of its own."""
+    try:
+        return int(channel.queue_purge(holding_queue(queue, tier)))
+    except amqp.exceptions.NotFound:
+        return 0
 
 
 def delete_ladder(channel: Any, queue: str) -> None:

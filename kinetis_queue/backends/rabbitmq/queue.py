@@ -510,27 +510,26 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         return self._stats(queue).waiting
 
     def _stats(self, queue: str) -> QueueStats:
-        """Ready jobs (the queue) and delayed ones (its 22 tiers); delivered, unacked ones are not counted."""
+        """Ready jobs (the queue) and delayed ones (the tiers of its ladder that exist); delivered, unacked ones
+        are not counted. Declares the queue only: a read creates no tier, so a dashboard or a metrics scrape
+        reading every queue's depth does not give each one a ladder (22 queues and exchanges)."""
         with self._using() as session:
-            self._declare_ladder(session, queue, ladder.TOP_TIER)
-            # Top tier first, the way a delayed message travels; each count is a separate read.
-            delayed = sum(
-                ladder.count_tier(session.publisher, queue, tier, self._quorum)
-                for tier in range(ladder.TOP_TIER, -1, -1)
-            )
+            self._declare(session, queue)
+            with self._own_channel(session) as channel:
+                delayed = sum(ladder.existing_tier_counts(channel, queue))
             # Deliveries our consumer received and no pop handed out yet are waiting work too.
             ready = self._count(session, queue) + len(session.buffers.get(queue, ()))
         return QueueStats(waiting=ready + delayed, ready=ready, delayed=delayed, approximate=True)
 
     def _clear(self, queue: str) -> int:
+        """Purge the tiers of the queue's ladder that exist, then the queue; declares the queue only, as _stats."""
         with self._using() as session:
-            self._declare_ladder(session, queue, ladder.TOP_TIER)
-            # Contract, "Counting and clearing": from the top tier down, then the real queue. The
-            # broker never purges a delivered, unacked message.
-            removed = sum(
-                int(session.publisher.queue_purge(ladder.holding_queue(queue, tier)))
-                for tier in range(ladder.TOP_TIER, -1, -1)
-            )
+            self._declare(session, queue)
+            with self._own_channel(session) as channel:
+                top = len(ladder.existing_tier_counts(channel, queue)) - 1
+                # Contract, "Counting and clearing": from the top tier down, then the real queue. The
+                # broker never purges a delivered, unacked message.
+                removed = sum(ladder.purge_tier(channel, queue, tier) for tier in range(top, -1, -1))
             removed += int(session.publisher.queue_purge(queue))
             return removed + self._reject_buffered(session, queue)
 
@@ -538,14 +537,11 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
         """Whether the broker has ``queue`` declared: a passive declare on a channel of its own (the
         broker closes that channel when the queue is missing); declares nothing."""
         validate_queue_name(queue)
-        with self._using() as session:
-            channel = session.connection.channel()
+        with self._using() as session, self._own_channel(session) as channel:
             try:
                 channel.queue_declare(queue, passive=True)
             except amqp.exceptions.NotFound:
                 return False
-            finally:
-                channel.close()  # py-amqp skips a channel the broker closed
         return True
 
     def delete(self, queue: str) -> None:
@@ -600,6 +596,18 @@ class RabbitMqQueue(ClearableQueue, DisposableQueue):
                 f"{self.queue_type} queue: it exists with other arguments ({exc.reply_text}). A queue's type "
                 f"cannot change: set {setting} to the type it has, or drain and delete the queue"
             ) from exc
+
+    @staticmethod
+    @contextmanager
+    def _own_channel(session: Session) -> Iterator[Any]:
+        """A channel for passive declares and purges, which the broker answers by closing the channel when
+        the queue is missing (404): the publisher channel and its confirm mode are never lost over one.
+        py-amqp opens a channel the broker closed again before it raises, so the channel stays usable."""
+        channel = session.connection.channel()
+        try:
+            yield channel
+        finally:
+            channel.close()
 
     def _count(self, session: Session, queue: str) -> int:
         declared = session.publisher.queue_declare(
