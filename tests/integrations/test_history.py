@@ -28,6 +28,7 @@ from kinetis_queue.outcomes import JobOutcome, JobReport
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.settings import KINETIS_QUEUE
+from tests.support.helpers import exit_forked_child
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -250,7 +251,7 @@ def test_a_forked_child_starts_empty_under_a_source_of_its_own(recorded: None, q
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         os.write(write, json.dumps([len(TALLY._current), TALLY.source != parent]).encode())
-        os._exit(0)
+        exit_forked_child(0)
     os.close(write)
     child = json.loads(os.read(read, 100))
     os.waitpid(pid, 0)

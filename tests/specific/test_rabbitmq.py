@@ -38,7 +38,7 @@ from kinetis_queue.exceptions import (
 from tests.faults.faultproxy import Blackhole, FaultProxy, Mute, Pass
 from tests.jobs import Noop, Records
 from tests.settings import RABBITMQ_URL
-from tests.support.helpers import wait_until
+from tests.support.helpers import exit_forked_child, wait_until
 from tests.support.rabbitmq_broker import small_max_message_size
 
 BROKER = "127.0.0.1:5672"
@@ -1330,7 +1330,7 @@ def test_a_forked_child_opens_its_own_connection_and_leaves_the_parents_alone(
             rabbit.push(Noop(), queue=queue_name)
             code = 0 if rabbit._session is not parent_session else 2
         finally:
-            os._exit(code)
+            exit_forked_child(code)
     _, status = os.waitpid(pid, 0)
 
     assert os.waitstatus_to_exitcode(status) == 0

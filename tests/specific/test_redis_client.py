@@ -27,6 +27,7 @@ from kinetis_queue.backends.redis.client import Connection, RedisClient, connect
 from kinetis_queue.backends.redis.scripts import Script
 from kinetis_queue.exceptions import ConnectionFailedError
 from tests.specific.test_redis_transport import RedisServer
+from tests.support.helpers import exit_forked_child
 
 #: Short enough that a lost reply fails fast, long enough for a loaded machine to answer.
 SOCKET_TIMEOUT = 1.0
@@ -75,7 +76,7 @@ def test_a_forked_child_opens_connections_of_its_own(private_server: RedisServer
             os.write(write_end, b"%d" % client.execute("CLIENT", "ID"))
             code = 0
         finally:
-            os._exit(code)
+            exit_forked_child(code)
     os.close(write_end)
     with os.fdopen(read_end, "rb") as pipe:
         child_id = int(pipe.read() or b"-1")
@@ -189,7 +190,7 @@ def test_a_forked_child_waits_on_connections_of_its_own(private_server: RedisSer
             os.write(write_end, b"%d" % child_id)
             code = 0
         finally:
-            os._exit(code)
+            exit_forked_child(code)
     os.close(write_end)
     with os.fdopen(read_end, "rb") as pipe:
         child_id = int(pipe.read() or b"-1")
