@@ -39,7 +39,7 @@ from tests.faults.faultproxy import Blackhole, FaultProxy, Mute, Pass
 from tests.jobs import Noop, Records
 from tests.settings import RABBITMQ_URL
 from tests.support.helpers import exit_forked_child, wait_until
-from tests.support.rabbitmq_broker import small_max_message_size
+from tests.support.rabbitmq_broker import queue_exists, small_max_message_size
 
 BROKER = "127.0.0.1:5672"
 
@@ -95,18 +95,6 @@ def _drop_connection(queue: RabbitMqQueue) -> None:
     session = queue._session
     assert session is not None
     session.connection.sock.shutdown(2)
-
-
-def _exists(raw_connection_host: str, name: str) -> bool:
-    connection = amqp.Connection(host=raw_connection_host)
-    connection.connect()
-    try:
-        connection.channel().queue_declare(name, passive=True)
-        return True
-    except amqp.exceptions.NotFound:
-        return False
-    finally:
-        connection.close()
 
 
 # -- the ladder's names and maths --------------------------------------------------------------------
@@ -321,11 +309,11 @@ def test_a_delayed_push_declares_durable_tiers_up_to_its_highest_bit(
             raw.exchange_declare(ladder.tier_exchange(queue_name, tier), "topic", durable=False, auto_delete=False)
     with pytest.raises(amqp.exceptions.PreconditionFailed, match="durable"):
         raw.queue_declare(queue_name, durable=False, auto_delete=False)
-    assert not _exists(BROKER, ladder.holding_queue(queue_name, 3))
+    assert not queue_exists(ladder.holding_queue(queue_name, 3))
 
     # size() counts the tiers that exist and declares none above them.
     assert rabbit.size(queue_name) == 1
-    assert not _exists(BROKER, ladder.holding_queue(queue_name, 3))
+    assert not queue_exists(ladder.holding_queue(queue_name, 3))
 
 
 def test_every_tier_lives_without_x_expires_behind_its_exchange(
@@ -408,14 +396,14 @@ def test_reads_of_a_queue_without_delayed_jobs_declare_no_ladder(rabbit: RabbitM
     assert rabbit.clear(queue_name) == 2
     assert rabbit.size(queue_name) == 0
 
-    assert not _exists(BROKER, ladder.holding_queue(queue_name, 0))
+    assert not queue_exists(ladder.holding_queue(queue_name, 0))
     assert not _exchange_exists(ladder.tier_exchange(queue_name, 0))
-    assert not _exists(BROKER, ladder.holding_queue(queue_name, ladder.TOP_TIER))
+    assert not queue_exists(ladder.holding_queue(queue_name, ladder.TOP_TIER))
     # A delayed push afterwards still declares the tiers it needs, and the reads count them.
     rabbit.push(Noop(), delay=3, queue=queue_name)  # 2 + 1: enters at tier 1
     assert rabbit.stats(queue_name).delayed == 1
-    assert _exists(BROKER, ladder.holding_queue(queue_name, 1))
-    assert not _exists(BROKER, ladder.holding_queue(queue_name, 2))
+    assert queue_exists(ladder.holding_queue(queue_name, 1))
+    assert not queue_exists(ladder.holding_queue(queue_name, 2))
 
 
 def test_reads_count_and_clear_the_tiers_a_delayed_push_declared_and_no_more(
@@ -435,7 +423,7 @@ def test_reads_count_and_clear_the_tiers_a_delayed_push_declared_and_no_more(
     assert rabbit.size(queue_name) == 0
     for tier in range(7):
         assert raw.queue_declare(ladder.holding_queue(queue_name, tier), passive=True).message_count == 0
-    assert not _exists(BROKER, ladder.holding_queue(queue_name, 7))
+    assert not queue_exists(ladder.holding_queue(queue_name, 7))
 
 
 def test_reads_after_another_process_deleted_the_queue_and_its_ladder_count_what_is_there(
@@ -451,7 +439,7 @@ def test_reads_after_another_process_deleted_the_queue_and_its_ladder_count_what
 
     assert rabbit.stats(queue_name).delayed == 0
     assert rabbit.clear(queue_name) == 0
-    assert not _exists(BROKER, ladder.holding_queue(queue_name, 0))
+    assert not queue_exists(ladder.holding_queue(queue_name, 0))
 
 
 # -- publishing --------------------------------------------------------------------------------------
@@ -468,7 +456,7 @@ def test_a_push_to_a_queue_deleted_under_the_pusher_is_not_confirmed(
     with pytest.raises(PublishNotConfirmedError, match="unroutable"):
         rabbit.push(Noop(), queue=queue_name)
 
-    assert not _exists(BROKER, queue_name)
+    assert not queue_exists(queue_name)
     # The connection survives a returned message; the next push declares the queue again.
     rabbit.push(Noop(), queue=queue_name)
     assert rabbit.size(queue_name) == 1

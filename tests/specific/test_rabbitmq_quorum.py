@@ -18,6 +18,7 @@ from kinetis_queue.backends.rabbitmq import RabbitMqQueue, ladder
 from kinetis_queue.exceptions import QueueConfigurationError
 from tests.jobs import Records
 from tests.settings import RABBITMQ_URL
+from tests.support.rabbitmq_broker import queue_exists
 
 BROKER = "127.0.0.1:5672"
 
@@ -58,18 +59,6 @@ def _declares_as(name: str, arguments: dict[str, Any] | None) -> bool:
         connection.close()
 
 
-def _exists(name: str) -> bool:
-    connection = amqp.Connection(host=BROKER)
-    connection.connect()
-    try:
-        connection.channel().queue_declare(name, passive=True)
-        return True
-    except amqp.exceptions.NotFound:
-        return False
-    finally:
-        connection.close()
-
-
 def test_the_work_queue_and_every_ladder_tier_are_quorum_queues(
     make_queue: Callable[..., RabbitMqQueue], queue_name: str
 ) -> None:
@@ -85,7 +74,7 @@ def test_the_work_queue_and_every_ladder_tier_are_quorum_queues(
         assert _declares_as(ladder.holding_queue(queue_name, tier), ladder.holding_arguments(queue_name, tier, True))
         assert not _declares_as(ladder.holding_queue(queue_name, tier), ladder.holding_arguments(queue_name, tier))
     # stats() and clear() read the tiers that exist and declare no more (each would be a Raft group).
-    assert not _exists(ladder.holding_queue(queue_name, 2))
+    assert not queue_exists(ladder.holding_queue(queue_name, 2))
 
 
 def test_a_delayed_job_comes_down_the_quorum_ladder(make_queue: Callable[..., RabbitMqQueue], queue_name: str) -> None:

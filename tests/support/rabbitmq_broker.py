@@ -1,5 +1,6 @@
 """Broker-wide RabbitMQ settings a test changes for its own duration, through ``rabbitmqctl`` (as the queue-length
-policies of tests/specific/test_rabbitmq.py are set).
+policies of tests/specific/test_rabbitmq.py are set), and what a test reads of the broker on a connection of its
+own (:func:`queue_exists`).
 
 ``max_message_size`` is the node's: RabbitMQ (3.10) reads it when a channel opens, and a channel keeps the value
 it read. Lowering it is how a test makes the broker refuse a publish for good (406 PRECONDITION_FAILED, the
@@ -18,7 +19,25 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import amqp
 import pytest
+
+#: The machine's broker (tests/settings.py RABBITMQ_URL).
+BROKER = "127.0.0.1:5672"
+
+
+def queue_exists(name: str, host: str = BROKER) -> bool:
+    """Whether the broker has queue ``name``: a passive declare on a connection of this check's own."""
+    connection = amqp.Connection(host=host)
+    connection.connect()
+    try:
+        connection.channel().queue_declare(name, passive=True)
+        return True
+    except amqp.exceptions.NotFound:
+        return False
+    finally:
+        connection.close()
+
 
 #: The lowered max_message_size (bytes): a message body over it is refused by channels opened meanwhile.
 SMALL_MAX_MESSAGE_SIZE = 2 * 1024 * 1024
