@@ -102,6 +102,20 @@ def test_the_backend_declares_its_capabilities() -> None:
     assert not issubclass(SqsQueue, ClearableQueue)
 
 
+def test_every_client_of_the_process_reads_botocores_models_once() -> None:
+    """Each client keeps a session of its own (a Session is not thread-safe), on the process's one data loader:
+    a loader per session read botocore's JSON models again for every client, about 200 ms of CPU each."""
+    first, second = connections.build("sqs"), connections.build("sqs")
+    assert isinstance(first, SqsQueue) and isinstance(second, SqsQueue)
+    try:
+        clients = [first.client, first.send_client, second.client, second.send_client]
+        assert len({id(client) for client in clients}) == 4
+        assert all(client._loader is clients[0]._loader for client in clients)
+    finally:
+        first.dispose()
+        second.dispose()
+
+
 @pytest.mark.parametrize("value", [0, 43201, -1, True, 1.5, "300", None])
 def test_visibility_timeout_is_validated_before_any_client_is_built(value: Any) -> None:
     """Contract: VISIBILITY_TIMEOUT admitted range 1 to 43200, validated before any client is built."""

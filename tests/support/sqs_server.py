@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import boto3
 from botocore.config import Config
 
+from kinetis_queue.backends.sqs.queue import new_session
 from tests.support.coverage_env import uncovered
 
 #: The variable a worker subprocess reads the endpoint from (tests/settings.py).
@@ -37,7 +37,7 @@ def _free_port() -> int:
 
 def admin_client(endpoint: str) -> Any:
     """A client for what the tests do besides the backend: create queues, inspect and write messages."""
-    return boto3.session.Session().client(
+    return new_session().client(
         "sqs", endpoint_url=endpoint, region_name=REGION, config=Config(retries={"total_max_attempts": 1})
     )
 
