@@ -33,6 +33,9 @@ BENCH_VENV ?= .venv-bench
 PY := $(VENV)/bin/python
 PY52 := $(VENV52)/bin/python
 PY60 := $(VENV60)/bin/python
+# uv installs the packages of the test venvs (pip installs uv into $(VENV) first): it resolves and installs them in
+# seconds where pip took minutes of make test's budget. The demo and peers' venvs keep plain pip.
+UV := $(VENV)/bin/uv
 PYTEST_WORKERS ?= 4
 # pytest-xdist hands the tests out one at a time in the collection's order (tests/conftest.py spreads the long
 # ones out), a module whose tests share a module-scoped fixture (a wheel build, a browser) as one unit.
@@ -100,8 +103,8 @@ $(VENV)/.installed: pyproject.toml scripts/system-deps.sh
 	  echo "venv: creating $(VENV) with $$py ($$("$$py" -V))"; \
 	  "$$py" -m venv --clear "$(VENV)"; \
 	fi
-	"$(PY)" -m pip install --quiet --upgrade pip
-	"$(PY)" -m pip install --progress-bar off -e '.[dev]'
+	"$(PY)" -m pip install --quiet --progress-bar off 'uv>=0.9'
+	"$(UV)" pip install --python "$(PY)" -e '.[dev]'
 	touch "$@"
 
 # The demo's venv: the app (editable) and Django, nothing else; no system packages, no root.
@@ -125,8 +128,7 @@ venv52: $(VENV52)/.installed
 
 $(VENV52)/.installed: pyproject.toml scripts/system-deps.sh | $(VENV)/.installed
 	@$(call SIBLING_VENV,$(VENV52))
-	"$(PY52)" -m pip install --quiet --upgrade pip
-	"$(PY52)" -m pip install --progress-bar off -e '.[dev]' 'django>=5.2,<5.3' 'django-stubs>=5.2,<5.3' \
+	"$(UV)" pip install --python "$(PY52)" -e '.[dev]' 'django>=5.2,<5.3' 'django-stubs>=5.2,<5.3' \
 	  'django-tasks>=0.12'
 	touch "$@"
 
@@ -136,7 +138,7 @@ venv60: $(VENV60)/.installed
 
 $(VENV60)/.installed: pyproject.toml scripts/system-deps.sh | $(VENV)/.installed
 	@$(call SIBLING_VENV,$(VENV60))
-	"$(PY60)" -m pip install --quiet --progress-bar off -e '.[postgres,mysql,redis,sqs,rabbitmq,schedules,metrics,otel]' \
+	"$(UV)" pip install --python "$(PY60)" -e '.[postgres,mysql,redis,sqs,rabbitmq,schedules,metrics,otel]' \
 	  'django>=6.0,<6.1'
 	touch "$@"
 
