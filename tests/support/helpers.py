@@ -14,17 +14,26 @@ from django.db import connections as db_connections
 from tests.support.backends import Backend
 from tests.support.fixtures import BACKEND_SUPPORT
 
+#: The longest pause between two polls of wait_until(): a wait of seconds (a worker subprocess, a lease) polls 10
+#: times a second, not 50, where each poll reads a store or a file on a machine the suite keeps busy.
+MAX_POLL_INTERVAL = 0.1
+
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.02) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds.
+
+    The pause starts at ``interval`` and doubles up to MAX_POLL_INTERVAL (or ``interval``, if longer).
+    """
     deadline = time.monotonic() + timeout
+    pause, longest = interval, max(interval, MAX_POLL_INTERVAL)
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = min(pause * 2, longest)
 
 
 def in_thread(work: Callable[[], Any]) -> threading.Thread:
