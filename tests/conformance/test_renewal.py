@@ -9,10 +9,13 @@ import pytest
 
 from kinetis_queue.contracts import RenewableQueue
 from tests.jobs import Records
+from tests.support.fixtures import rebuilt
 from tests.support.helpers import wait_until
 
 #: tests/settings.py gives every renewable test connection a one-second visibility timeout.
 CONFIGURED_VISIBILITY_TIMEOUT = 1
+#: The lease of the renewal test's own queue (tests.support.fixtures.rebuilt), in seconds.
+RENEWAL_TEST_LEASE = 3
 
 pytestmark = [pytest.mark.trait("stores_jobs"), pytest.mark.requires.with_args(RenewableQueue)]
 
@@ -37,11 +40,17 @@ def test_visibility_timeout_is_the_configured_window(connection: RenewableQueue,
     assert connection.size(queue_name) == 0
 
 
-def test_renewed_job_is_not_redelivered(connection: RenewableQueue, queue_name: str) -> None:
+def test_renewed_job_is_not_redelivered(
+    connection: RenewableQueue, queue_name: str, request: pytest.FixtureRequest
+) -> None:
     """Contract: Reservation renewal (each renew() moves the window forward; it settles nothing and
     consumes no attempt)."""
-    connection.push(Records("long-running"), queue=queue_name)
-    job = connection.pop(5, [queue_name])
+    # A lease of RENEWAL_TEST_LEASE seconds renewed every 0.3 s: the suite's one-second lease left a renewal
+    # 0.7 s to land, and a loaded machine once took longer (sql-sqlite), so the job was rightly taken back.
+    leased = rebuilt(request, visibility_timeout=RENEWAL_TEST_LEASE)
+    assert isinstance(leased, RenewableQueue)
+    leased.push(Records("long-running"), queue=queue_name)
+    job = leased.pop(5, [queue_name])
     assert job is not None
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -49,17 +58,17 @@ def test_renewed_job_is_not_redelivered(connection: RenewableQueue, queue_name: 
     def renew_every_300_ms() -> None:
         try:
             while not stop.wait(0.3):
-                connection.renew(job)
+                leased.renew(job)
         except BaseException as exc:  # re-raised in the test's own thread below
             errors.append(exc)
 
     renewer = threading.Thread(target=renew_every_300_ms)
     renewer.start()
     try:
-        # A bounded negative observation, the one way to see a non-event: 2.5 s is two and a half
-        # visibility timeouts, so without the renewals this pop would reclaim the job at least once.
-        redelivered = connection.pop(2.5, [queue_name])
-        still_hidden = connection.size(queue_name)
+        # A bounded negative observation, the one way to see a non-event: one and a half leases, so without the
+        # renewals this pop would reclaim the job.
+        redelivered = leased.pop(RENEWAL_TEST_LEASE * 1.5, [queue_name])
+        still_hidden = leased.size(queue_name)
     finally:
         stop.set()
         renewer.join(10)
@@ -70,12 +79,12 @@ def test_renewed_job_is_not_redelivered(connection: RenewableQueue, queue_name: 
     assert still_hidden == 0
     # The renewed reservation is still the holder's: its release works, and the attempt count shows
     # the renewals consumed none.
-    connection.release(job)
-    again = connection.pop(5, [queue_name])
+    leased.release(job)
+    again = leased.pop(5, [queue_name])
     assert again is not None
     assert (again.id, again.attempts) == (job.id, 2)
-    connection.ack(again)
-    assert connection.size(queue_name) == 0
+    leased.ack(again)
+    assert leased.size(queue_name) == 0
 
 
 @pytest.mark.trait("fenced")

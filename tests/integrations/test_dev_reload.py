@@ -22,6 +22,7 @@ from tests.support.helpers import wait_until
 ROOT = Path(__file__).resolve().parents[2]
 
 JOBS = """
+import os
 from pathlib import Path
 
 from kinetis_queue import Job
@@ -32,7 +33,9 @@ class Mark(Job):
         self.path = path
 
     def handle(self) -> None:
-        Path(self.path).write_text("{version}")
+        # Written whole, then renamed: the test reads the file as soon as it exists.
+        Path(self.path + ".part").write_text("{version}")
+        os.replace(self.path + ".part", self.path)
 """
 
 SETTINGS = """

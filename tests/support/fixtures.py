@@ -56,6 +56,27 @@ def connection(request: pytest.FixtureRequest) -> Iterator[Queue]:
 BACKEND_SUPPORT: dict[str, Any] = {}
 
 
+def rebuilt(request: pytest.FixtureRequest, **changes: Any) -> Queue:
+    """Another queue on the running test's connection row, its settings changed by ``changes`` (the fields of
+    kinetis_queue.conf.ConnectionSettings), prepared like the ``connection`` fixture's and disposed after the test.
+
+    For a test whose bound must hold on a loaded machine: a longer lease than the suite's one second, say.
+    """
+    import dataclasses
+
+    from kinetis_queue import conf
+
+    backend: Backend = request.node.callspec.params["connection"]
+    entry = dataclasses.replace(conf.connection_settings(backend.connection), **changes)
+    queue = queue_connections.backend_class(entry).from_settings(entry)
+    support = BACKEND_SUPPORT.get(backend.id)
+    if support is not None:
+        support.prepare(queue)
+    if isinstance(queue, DisposableQueue):
+        request.addfinalizer(queue.dispose)
+    return queue
+
+
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """moto's SQS server, once per session, on a free loopback port (tests/support/sqs_server.py).
