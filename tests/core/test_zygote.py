@@ -29,7 +29,10 @@ PROBE = textwrap.dedent(
         "path": [p for p in sys.path if "site-packages" not in p and "/lib/python" not in p],
         "cwd": os.getcwd(),
         "env": {k: v for k, v in os.environ.items() if k.startswith("KQ_PROBE")},
-        "signals": [str(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)],
+        "signals": [  # by name: a handler's repr holds an address (coverage's SIGTERM handler, under --cov)
+            h.__qualname__ if callable(h) else str(h)
+            for h in map(signal.getsignal, (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE))
+        ],
         "stdin": sys.stdin.read(),
         "main_is_fresh": "PRELOAD" not in vars(sys.modules["__main__"]),
         "streams": [
