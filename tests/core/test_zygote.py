@@ -98,3 +98,34 @@ def test_what_a_fork_cannot_reproduce_gets_a_real_process() -> None:
     assert not zygote.forkable([sys.executable, "-c", "pass"], None, {"preexec_fn": print})
     process = subprocess.Popen([sys.executable, "-c", "pass"], env=env)  # a startup variable the zygote lacks
     assert process.wait(timeout=60) == 0 and not process._use_zygote
+
+
+#: How a command may end, each compared with a new interpreter's ending: status, output and traceback.
+ENDINGS = {
+    "returns": "print('out', end='')",
+    "exit-number": "import sys; print('out', end=''); sys.exit(4)",
+    "exit-message": "import sys; sys.exit('a message')",
+    "exit-none": "raise SystemExit",
+    "exception": "def f():\n    raise ValueError('boom')\nf()",
+    "keyboard-interrupt": "raise KeyboardInterrupt",
+    "threads-then-atexit": (
+        "import atexit, threading, time\n"
+        "atexit.register(lambda: print(' atexit ran', end=''))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('thread ended', end=''))).start()"
+    ),
+}
+
+
+@pytest.mark.parametrize("how", ["-c", "script", "-m"])
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_a_forked_child_ends_as_a_new_interpreter_does(tmp_path: Path, ending: str, how: str) -> None:
+    """The child skips the interpreter's teardown of its modules (os._exit after the shutdown steps): its
+    threads are waited for, its atexit callbacks run, its streams flushed, its status and traceback python's."""
+    (tmp_path / "ends.py").write_text(ENDINGS[ending])
+    command = {"-c": ["-c", ENDINGS[ending]], "script": [str(tmp_path / "ends.py")], "-m": ["-m", "ends"]}[how]
+    args = [sys.executable, *command]
+    forked, real = _both(args, cwd=tmp_path)
+    assert forked.returncode == real.returncode, forked.stderr
+    assert (forked.stdout, forked.stderr) == (real.stdout, real.stderr)
+    if ending in ("exception", "keyboard-interrupt"):
+        assert "Traceback" in forked.stderr
