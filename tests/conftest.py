@@ -20,7 +20,7 @@ from hypothesis import settings as hypothesis_settings
 from kinetis_queue import connections as queue_connections
 from kinetis_queue.worker import Worker
 from tests import jobs
-from tests.support import rabbitmq_leaks, stray_logs, zygote
+from tests.support import rabbitmq_leaks, reruns, stray_logs, zygote
 from tests.support.backends import EXTENDED_ROWS, Backend
 from tests.support.fixtures import (  # noqa: F401  (pytest finds fixtures in conftest.py)
     backend,
@@ -90,11 +90,14 @@ def pytest_configure(config: pytest.Config) -> None:
     tests/support/rabbitmq_leaks.py: a RabbitMQ queue a test declared and left fails the test (declared in
     this process) or the run (declared by a subprocess, under a queue_name of this session).
 
+    tests/support/reruns.py: a test that failed and passed on its rerun (RERUNS) has its first failure printed
+    in the summary ("what the reruns hid").
+
     tests/support/zygote.py: the Python subprocesses the tests start are forked from a process that has
     imported Django and the drivers once (``KQ_TESTS_ZYGOTE=0`` starts each as a new interpreter).
     """
     zygote.install()
-    for plugin in (stray_logs, rabbitmq_leaks):
+    for plugin in (stray_logs, rabbitmq_leaks, reruns):
         if not config.pluginmanager.is_registered(plugin):
             config.pluginmanager.register(plugin, f"kq-{plugin.__name__.rsplit('.', 1)[-1]}")
 

@@ -97,3 +97,44 @@ def test_unexpected_error_records_fail_their_test_and_expected_ones_do_not(tmp_p
         assert f"PASSED test_sample.py::test_{fine}" in out, out
     assert "ERROR test_sample.py::test_expected" not in out
     assert "3 errors" in out
+
+
+RERUN_SAMPLE = """
+from pathlib import Path
+
+import pytest
+
+
+def test_fails_once(tmp_path_factory: pytest.TempPathFactory) -> None:
+    mark = Path(tmp_path_factory.getbasetemp(), "tried")
+    first = not mark.exists()
+    mark.touch()
+    assert not first, "the first attempt's own failure"
+
+
+def test_passes() -> None:
+    pass
+"""
+
+
+def test_a_rerun_prints_the_failure_it_hid(tmp_path: Path) -> None:
+    """tests/support/reruns.py: a test that passed on its rerun still shows why its first attempt failed."""
+    (tmp_path / "test_sample.py").write_text(RERUN_SAMPLE)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    args = ["-p", "tests.support.reruns", "--reruns", "1", *PLUGINS_OFF]
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "test_sample.py", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    out = run.stdout
+    assert run.returncode == pytest.ExitCode.OK, out
+    assert "2 passed, 1 rerun" in out, out
+    hid = out.split("what the reruns hid", 1)[1]
+    assert "test_sample.py::test_fails_once (call)" in hid
+    assert "the first attempt's own failure" in hid
+    assert "test_passes" not in hid
