@@ -72,18 +72,24 @@ def test_runs_when_the_thread_logs() -> None:
 """
 
 
-def test_unexpected_error_records_fail_their_test_and_expected_ones_do_not(tmp_path: Path) -> None:
-    (tmp_path / "test_sample.py").write_text(SAMPLE)
+def _nested_pytest(tmp_path: Path, sample: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """pytest on ``sample`` (as test_sample.py) in a process of its own, with ``args`` and none of the suite's
+    plugins but those ``args`` load."""
+    (tmp_path / "test_sample.py").write_text(sample)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-rA", "test_sample.py", "-p", "tests.support.stray_logs", *PLUGINS_OFF],
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "test_sample.py", *args, *PLUGINS_OFF],
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_unexpected_error_records_fail_their_test_and_expected_ones_do_not(tmp_path: Path) -> None:
+    run = _nested_pytest(tmp_path, SAMPLE, "-rA", "-p", "tests.support.stray_logs")
     out = run.stdout
     assert run.returncode == pytest.ExitCode.TESTS_FAILED, out
     assert "ERROR test_sample.py::test_stray" in out
@@ -119,18 +125,7 @@ def test_passes() -> None:
 
 def test_a_rerun_prints_the_failure_it_hid(tmp_path: Path) -> None:
     """tests/support/reruns.py: a test that passed on its rerun still shows why its first attempt failed."""
-    (tmp_path / "test_sample.py").write_text(RERUN_SAMPLE)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    args = ["-p", "tests.support.reruns", "--reruns", "1", *PLUGINS_OFF]
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "test_sample.py", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = _nested_pytest(tmp_path, RERUN_SAMPLE, "-p", "tests.support.reruns", "--reruns", "1")
     out = run.stdout
     assert run.returncode == pytest.ExitCode.OK, out
     assert "2 passed, 1 rerun" in out, out
