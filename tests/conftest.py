@@ -122,7 +122,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         callspec = getattr(item, "callspec", None)
         row = callspec.params.get("connection") if callspec is not None else None
         starts_servers = not TOPOLOGY_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
-        if (not isinstance(row, Backend) or row.id in CORE_BACKENDS) and not starts_servers:
+        own_django = "packaging" in item.path.parts  # a venv of its own: the running Django plays no part
+        if (not isinstance(row, Backend) or row.id in CORE_BACKENDS) and not starts_servers and not own_django:
             item.add_marker(pytest.mark.core)
         rows = [value for value in callspec.params.values() if isinstance(value, Backend)] if callspec else []
         if any(not each.fault_tier for each in rows) and "faults" in item.path.parts:
