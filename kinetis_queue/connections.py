@@ -52,7 +52,11 @@ def backend_class(settings: conf.ConnectionSettings) -> type[Queue]:
 
 def build(name: str | None = None) -> Queue:
     """Build a fresh queue for connection ``name`` (not cached: the caller owns it and disposes it)."""
-    settings = conf.connection_settings(name)
+    return build_from(conf.connection_settings(name))
+
+
+def build_from(settings: conf.ConnectionSettings) -> Queue:
+    """Build a fresh queue from a connection's settings, its outbox included (the caller owns and disposes it)."""
     queue = backend_class(settings).from_settings(settings)
     if settings.outbox is not None:
         from kinetis_queue.outbox.database import DatabaseOutbox

@@ -67,8 +67,7 @@ def rebuilt(request: pytest.FixtureRequest, **changes: Any) -> Queue:
     from kinetis_queue import conf
 
     backend: Backend = request.node.callspec.params["connection"]
-    entry = dataclasses.replace(conf.connection_settings(backend.connection), **changes)
-    queue = queue_connections.backend_class(entry).from_settings(entry)
+    queue = queue_connections.build_from(dataclasses.replace(conf.connection_settings(backend.connection), **changes))
     support = BACKEND_SUPPORT.get(backend.id)
     if support is not None:
         support.prepare(queue)

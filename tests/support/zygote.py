@@ -256,19 +256,13 @@ def _become(request: _Request) -> int | None:
 def _print_uncaught(exc: BaseException, *, runpy_frames: bool) -> None:
     """The traceback ``python`` prints, from the command's first frame: none of this module's, and runpy's only
     where ``python -m`` shows them too."""
-    tb = exc.__traceback__
-    while tb is not None and (
-        tb.tb_frame.f_code.co_filename == __file__
-        or (not runpy_frames and tb.tb_frame.f_code.co_filename in ("<frozen runpy>", runpy_file()))
-    ):
-        tb = tb.tb_next
-    sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # python prints the exception's own traceback
-
-
-def runpy_file() -> str:
     import runpy
 
-    return runpy.__file__ or ""
+    skipped = {__file__} if runpy_frames else {__file__, "<frozen runpy>", runpy.__file__}
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in skipped:
+        tb = tb.tb_next
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # python prints the exception's own traceback
 
 
 def _system_exit_status(code: object) -> int:
