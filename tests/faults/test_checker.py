@@ -112,3 +112,26 @@ def test_max_concurrent_counts_overlaps_per_group_and_ends_a_killed_run_at_its_k
     assert max_concurrent([*twice, done("u", 2, 0.6)], "group") == {"g": 1}
     # A run no kill explains is counted as running to the end of the history.
     assert max_concurrent([start("x", 1, 0.0, "g"), start("y", 2, 5.0, "g"), done("y", 2, 6.0)], "group") == {"g": 2}
+
+
+def test_an_error_of_a_batched_ack_is_classed_as_a_settlement() -> None:
+    """The worker sends its acks in batches (AckBatch.flush -> Queue.ack_many -> the backend's _ack_many): a
+    connection reset met there is a settlement's failure, which the fault scenarios (A3 on RabbitMQ) expect; it
+    was classed "other" (a CI run's rerun of test_a3_frozen_worker_is_overtaken... [rabbitmq])."""
+    from kinetis_queue.ack_batch import AckBatch
+    from tests.faults.worker import where
+
+    class Dropped:
+        def ack_many(self, jobs: list[Any]) -> list[None]:
+            return self._ack_many(jobs)
+
+        def _ack_many(self, jobs: list[Any]) -> list[None]:
+            raise ConnectionResetError(104, "Connection reset by peer")
+
+    acks = AckBatch(Dropped())  # type: ignore[arg-type]
+    acks.add(object(), lambda result: None)  # type: ignore[arg-type]
+    acks.flush()
+    with pytest.raises(ConnectionResetError) as raised:
+        acks.raise_error()
+    acks.close()
+    assert where(raised.value.__traceback__) == "settle"

@@ -122,11 +122,12 @@ def record_ready() -> None:
 
 
 def where(tb: TracebackType | None) -> str:
-    """Which worker step an escaping exception came from: settle, record, pop or other."""
+    """Which worker step an escaping exception came from: settle, record, pop or other. A settlement is one call
+    (``ack``, ``release``, ``fail``) or, where the worker batches its acks, a flush of ``ack_many``."""
     names = [frame.name for frame in traceback.extract_tb(tb)]
     for step, markers in (
         ("record", ("record",)),
-        ("settle", ("_settle", "ack", "release", "fail")),
+        ("settle", ("_settle", "ack", "release", "fail", "ack_many", "_ack_many")),
         ("pop", ("pop", "_sweep")),
     ):
         if any(name in markers for name in names):
