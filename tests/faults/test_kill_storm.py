@@ -45,23 +45,6 @@ def _outstanding(store: Any, queue_name: str, history_dir: Path, pushed: int) ->
     return undone
 
 
-def _working(pool: procs.Pool, history_dir: Path, share: int) -> list[int]:
-    """The pool's workers that have finished ``share`` jobs since they were spawned: the nemesis kills only those.
-
-    A worker killed before it has done anything proves nothing and makes no progress. Killing on a fixed
-    pace regardless starved the storm on a loaded machine, where starting a worker (Django, the store's
-    client) takes longer than the pace: sqs-c8 made 287 kills for 800 jobs, and once did not finish at
-    all. With a share per life, a round costs about ``jobs / share`` kills whatever the machine's speed,
-    and each kill still lands on a worker in the middle of its work.
-    """
-    return [
-        index
-        for index, process in enumerate(pool.processes)
-        if sum(path.read_bytes().count(b'"exec.done"') for path in history_dir.glob(f"*-{process.pid}-*.jsonl"))
-        >= share
-    ]
-
-
 def storm(
     scenario: str,
     backend: Backend,
@@ -110,7 +93,7 @@ def storm(
                 if time.monotonic() > deadline:
                     raise AssertionError(f"round {done_rounds + 1} was not done within 300 s ({pool.kills} kills)")
                 time.sleep(kill_every)  # the nemesis's pace, not a wait for a condition
-                targets = _working(pool, history_dir, share)
+                targets = pool.working(share)
                 if not targets and not outstanding:  # the round's one kill, on workers that found nothing left
                     targets = list(range(len(pool.processes)))
                 if targets:
