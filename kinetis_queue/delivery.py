@@ -37,13 +37,13 @@ from kinetis_queue.exceptions import (
     UnknownLockDatabaseError,
 )
 from kinetis_queue.heartbeat import Heartbeat, RenewalReport
-from kinetis_queue.hooks import Observers, SkipDelivery
+from kinetis_queue.hooks import Observers
 from kinetis_queue.hygiene import HYGIENE_FRESH_FOR, reset_connections
 from kinetis_queue.job import Job, JobContext, Snooze, call_handle, handle_arguments
 from kinetis_queue.job_timeout import attempt_timeout, call_with_timeout
-from kinetis_queue.limits import STORE_FAILURE_DELAY, AtLimit, Slot
+from kinetis_queue.limits import STORE_FAILURE_DELAY, Slot
 from kinetis_queue.limits.keeper import SlotKeeper
-from kinetis_queue.outcomes import JobOutcome, JobReport
+from kinetis_queue.outcomes import AtLimit, JobOutcome, JobReport, SkipDelivery
 from kinetis_queue.serializer import deserialize_job
 from kinetis_queue.settlement import Settler, snoozes_of
 from kinetis_queue.timeout_watchdog import Claim, Watchdog

@@ -24,6 +24,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from kinetis_queue.outcomes import SkipDelivery as SkipDelivery  # re-exported: its home is outcomes
+
 if TYPE_CHECKING:
     from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
     from kinetis_queue.outcomes import JobReport
@@ -33,15 +35,6 @@ if TYPE_CHECKING:
 PAUSED_WAIT: Final = 0.5
 
 logger = logging.getLogger("kinetis_queue.worker")
-
-
-class SkipDelivery(Exception):  # a marker, not an error
-    """Raised in place of a delivery's attempt that must not run (cancelled, superseded, done already):
-    the delivery is acked without running (JobOutcome.SKIPPED). ``reason`` is logged."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class DeliveryHooks:

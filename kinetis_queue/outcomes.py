@@ -1,4 +1,6 @@
-"""What a worker reports: why ``Worker.run()`` returned, and how each delivery ended (the per-job report)."""
+"""What a worker reports: why ``Worker.run()`` returned, how each delivery ended (the per-job report), and the
+markers raised in place of an attempt that does not run (skipped, deferred). A leaf: it imports nothing of the
+package, so the contract, the worker and every feature name the same outcomes."""
 
 from __future__ import annotations
 
@@ -60,3 +62,24 @@ class JobReport:
     delay: float | None = None
     #: What operators see the job as: the task or receiver it carries, else ``job_class``.
     name: str = ""
+
+
+class SkipDelivery(Exception):  # a marker, not an error
+    """Raised in place of a delivery's attempt that must not run (cancelled, superseded, done already):
+    the delivery is acked without running (JobOutcome.SKIPPED). ``reason`` is logged."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class AtLimit(Exception):  # a marker, not an error
+    """Raised in place of a delivery's attempt when it may not start now: its key is at its limit, its queue
+    was paused after the reservation, or the store that decides could not be reached. The delivery is given
+    back with ``Queue.unreserve(job, delay)`` (JobOutcome.DEFERRED), no attempt charged; ``reason`` is logged
+    (a warning when ``unexpected``)."""
+
+    def __init__(self, delay: float, reason: str, *, unexpected: bool = False) -> None:
+        super().__init__(reason)
+        self.delay = delay
+        self.unexpected = unexpected

@@ -18,10 +18,9 @@ from kinetis_queue.envelope import Envelope
 from kinetis_queue.exceptions import StaleJobHandleError, UnknownLockDatabaseError
 from kinetis_queue.failed import MAX_RECORDED_TEXT, FailedJobRecorder, exception_text, storable
 from kinetis_queue.heartbeat import RenewalReport
-from kinetis_queue.hooks import DeliveryHooks, SkipDelivery
+from kinetis_queue.hooks import DeliveryHooks
 from kinetis_queue.job import Snooze
-from kinetis_queue.limits import AtLimit
-from kinetis_queue.outcomes import JobOutcome
+from kinetis_queue.outcomes import AtLimit, JobOutcome, SkipDelivery
 from kinetis_queue.redaction import display_json, for_observers, scrub_for
 from kinetis_queue.unique import HeldLock, LockStore, Until, held_lock, store_of
 from kinetis_queue.validation import MAX_RETRY_DELAY

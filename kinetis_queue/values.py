@@ -25,7 +25,7 @@ from kinetis_queue.exceptions import (
     MalformedQueuedJobDataError,
     UnknownLockDatabaseError,
 )
-from kinetis_queue.hooks import SkipDelivery
+from kinetis_queue.outcomes import SkipDelivery
 
 __all__ = [
     "MalformedJobArgumentError",

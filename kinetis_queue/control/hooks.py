@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Final
 
 from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.control import CANCELLED
-from kinetis_queue.hooks import DeliveryHooks, SkipDelivery
-from kinetis_queue.limits import AtLimit
+from kinetis_queue.hooks import DeliveryHooks
+from kinetis_queue.outcomes import AtLimit, SkipDelivery
 from kinetis_queue.unique import Until, held_lock, store_of
 
 if TYPE_CHECKING:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from kinetis_queue.exceptions import InvalidQueueArgumentError
 from kinetis_queue.job import Job, job_class_path
+from kinetis_queue.outcomes import AtLimit as AtLimit  # re-exported: its home is outcomes
 from kinetis_queue.validation import MAX_RETRY_DELAY
 
 if TYPE_CHECKING:
@@ -106,18 +107,6 @@ class Slot:
     key: str
     number: int
     token: str
-
-
-class AtLimit(Exception):  # a marker, not an error
-    """Raised by the worker in place of a delivery's attempt when it may not start now: its key is at its
-    limit, or the store that decides could not be reached. The delivery is given back with
-    ``Queue.unreserve(job, delay)`` (JobOutcome.DEFERRED), no attempt charged; ``reason`` is logged
-    (a warning when ``unexpected``)."""
-
-    def __init__(self, delay: float, reason: str, *, unexpected: bool = False) -> None:
-        super().__init__(reason)
-        self.delay = delay
-        self.unexpected = unexpected
 
 
 class SlotStore(ABC):

@@ -29,8 +29,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
 from kinetis_queue.exceptions import InvalidQueueArgumentError, UnknownLockDatabaseError
-from kinetis_queue.hooks import SkipDelivery
 from kinetis_queue.job import Job, job_class_path
+from kinetis_queue.outcomes import SkipDelivery
 
 if TYPE_CHECKING:
     from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob

@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.contracts import Queue, QueuedJob
-from kinetis_queue.hooks import DeliveryHooks, SkipDelivery
+from kinetis_queue.hooks import DeliveryHooks
+from kinetis_queue.outcomes import SkipDelivery
 from kinetis_queue.workflows import engine
 from kinetis_queue.workflows.models import WorkflowMember
 

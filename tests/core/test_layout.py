@@ -39,11 +39,11 @@ CONTRACT = {
     "kinetis_queue.outbox": "the transactional outbox: what Queue.send() asks of a connection's outbox",
     "kinetis_queue.hooks": "what the Django glue plugs into a worker around each delivery (pausing, cancelling)",
     "kinetis_queue.priority": "job priority within a queue: its range and where the envelope carries it",
+    "kinetis_queue.outcomes": "how a delivery ends and the markers raised in place of an attempt (a leaf)",
 }
 
-#: Type-only imports a contract module may make (the records its display functions take; the JobReport a
-#: worker hook receives).
-CONTRACT_TYPE_ONLY = {"kinetis_queue.models", "kinetis_queue.outcomes"}
+#: Type-only imports a contract module may make (the records its display functions take).
+CONTRACT_TYPE_ONLY = {"kinetis_queue.models"}
 
 #: The worker: one delivery's lifecycle and what it writes. It knows the contract and the models
 #: it records into, never the Django glue above it, contrib, or a particular backend.
@@ -54,7 +54,6 @@ WORKER = {
     "kinetis_queue.hygiene": "Django connection hygiene around each job",
     "kinetis_queue.job_timeout": "the hard limit on one attempt",
     "kinetis_queue.run_limits": "when Worker.run() stops on its own",
-    "kinetis_queue.outcomes": "what a worker reports",
     "kinetis_queue.worker_log": "how log lines name a job",
     "kinetis_queue.failed": "the failed-job record written before fail()",
     "kinetis_queue.restart": "the restart marker a worker watches",
@@ -266,3 +265,16 @@ def test_the_arrows_are_read() -> None:
     assert "kinetis_queue.redaction -> kinetis_queue.models (type only)" in shown
     assert "kinetis_queue.backends.sql.queue -> django.db" in shown
     assert "kinetis_queue.apps -> kinetis_queue.contrib.tasks.backend" in shown  # by importlib.import_module
+
+
+def test_the_outcome_markers_live_in_one_leaf_module() -> None:
+    """Issue 29: how a delivery ends and the markers raised in place of its attempt (skipped, deferred) are
+    defined once, in kinetis_queue.outcomes, which imports nothing of the package; their old homes re-export
+    them."""
+    from kinetis_queue import hooks, limits, outcomes, unique
+
+    assert [a for a in ARROWS if a.source == "kinetis_queue.outcomes" and within(a.target, "kinetis_queue")] == []
+    for marker in (outcomes.SkipDelivery, outcomes.AtLimit):
+        assert marker.__module__ == "kinetis_queue.outcomes"
+    assert hooks.SkipDelivery is outcomes.SkipDelivery and limits.AtLimit is outcomes.AtLimit
+    assert issubclass(unique.Superseded, outcomes.SkipDelivery)
