@@ -8,14 +8,12 @@ display functions may name the model they take (``kinetis_queue.models``) for ty
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import kinetis_queue
+from tests.support import import_graph
 
 PACKAGE = Path(kinetis_queue.__file__).resolve().parent
 
@@ -97,82 +95,8 @@ CONTRIB_ENTRY_POINTS = {
 ORM = "django.db"
 
 
-@dataclass(frozen=True)
-class Arrow:
-    """One import: from module ``source`` to module ``target``; ``type_only`` under TYPE_CHECKING."""
-
-    source: str
-    target: str
-    type_only: bool
-
-    def __str__(self) -> str:
-        return f"{self.source} -> {self.target}{' (type only)' if self.type_only else ''}"
-
-
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _targets(node: ast.Import | ast.ImportFrom, source: str, is_package: bool) -> Iterator[str]:
-    if isinstance(node, ast.Import):
-        yield from (alias.name for alias in node.names)
-        return
-    base = node.module or ""
-    if node.level:  # a relative import, resolved against the importing module's package
-        package = source.split(".") if is_package else source.split(".")[:-1]
-        package = package[: len(package) - node.level + 1]
-        base = ".".join([*package, base] if base else package)
-    for alias in node.names:
-        # `from kinetis_queue import conf` imports the module kinetis_queue.conf.
-        submodule = PACKAGE.parent.joinpath(*f"{base}.{alias.name}".split("."))
-        yield f"{base}.{alias.name}" if submodule.with_suffix(".py").exists() or submodule.is_dir() else base
-
-
-def _is_import_module(node: ast.AST) -> bool:
-    return (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute | ast.Name)
-        and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) == "import_module"
-        and len(node.args) == 1
-        and isinstance(node.args[0], ast.Constant)
-        and isinstance(node.args[0].value, str)
-    )
-
-
-def arrows(path: Path) -> list[Arrow]:
-    """Every import in the module at ``path``."""
-    source = module_name(path)
-    found: list[Arrow] = []
-
-    def visit(node: ast.AST, type_only: bool) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.body:
-                visit(child, True)
-            for child in node.orelse:
-                visit(child, type_only)
-            return
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            found.extend(Arrow(source, t, type_only) for t in _targets(node, source, path.name == "__init__.py"))
-        if _is_import_module(node):  # importlib.import_module("a.literal.name")
-            found.append(Arrow(source, node.args[0].value, type_only))  # type: ignore[attr-defined]
-        for child in ast.iter_child_nodes(node):
-            visit(child, type_only)
-
-    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)), False)
-    return found
-
-
-def all_arrows() -> list[Arrow]:
-    return [arrow for path in sorted(PACKAGE.rglob("*.py")) if "migrations" not in path.parts for arrow in arrows(path)]
+    return import_graph.module_name(path, PACKAGE.parent)
 
 
 def within(module: str, package: str) -> bool:
@@ -185,7 +109,7 @@ def backend_of(module: str) -> str | None:
     return parts[2] if len(parts) > 2 and parts[:2] == ["kinetis_queue", "backends"] else None
 
 
-ARROWS = all_arrows()
+ARROWS = import_graph.all_arrows(PACKAGE)
 
 
 def test_the_map_names_existing_modules() -> None:
@@ -278,3 +202,22 @@ def test_the_outcome_markers_live_in_one_leaf_module() -> None:
         assert marker.__module__ == "kinetis_queue.outcomes"
     assert hooks.SkipDelivery is outcomes.SkipDelivery and limits.AtLimit is outcomes.AtLimit
     assert issubclass(unique.Superseded, outcomes.SkipDelivery)
+
+
+def test_the_figures_of_a_small_package(tmp_path: Path) -> None:
+    """tests/support/import_graph.py's figures (issue 29's before and after) on a package whose answers are known:
+    a imports b at import time, b imports a inside a function (one circle, not at import time, one upward and one
+    in-function import), c imports a for type checking only (no circle)."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg import b\n")
+    (package / "b.py").write_text("def f():\n    from pkg import a\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n")
+    (package / "d.py").write_text("import pkg.c\n")
+    found = import_graph.figures(package)
+    assert (found.modules, found.top_level, found.layers) == (5, 4, 2)
+    assert [str(a) for a in found.upward] == ["pkg.b -> pkg.a"]
+    assert found.circles == [["pkg.a", "pkg.b"]] and found.import_time_circles == []
+    assert found.circles_with_types == [["pkg.a", "pkg.b"]]
+    assert [str(a) for a in found.in_function] == ["pkg.b -> pkg.a"]
