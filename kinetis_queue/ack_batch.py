@@ -39,8 +39,7 @@ class AckBatch:
         self._cond = threading.Condition()
         self._pending: list[tuple[QueuedJob, Done]] = []
         self._first_added = 0.0
-        #: Held while a batch is sent and its results reported; reentrant, so a ``done`` that flushes is not stuck.
-        self._sending = threading.RLock()
+        self._sending = threading.Lock()
         self._error: BaseException | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -59,9 +58,7 @@ class AckBatch:
                 self._cond.notify_all()
 
     def flush(self) -> None:
-        """Send every ack added so far and report each result, waiting out a batch another thread is sending
-        until its results are reported too: when flush() returns, every ack added before it was sent and its
-        ``done`` called (the dispatcher sizes its prefetch on the successes so reported)."""
+        """Send every ack added so far (waiting out a batch already being sent) and report each result."""
         with self._sending:
             with self._cond:
                 batch, self._pending = self._pending, []
@@ -73,8 +70,8 @@ class AckBatch:
                 with self._cond:
                     self._error = self._error or exc
                 return
-            for (_, done), result in zip(batch, results, strict=True):
-                done(result)
+        for (_, done), result in zip(batch, results, strict=True):
+            done(result)
 
     def raise_error(self) -> None:
         """Raise the error an ack_many() call met since the last call, if any."""

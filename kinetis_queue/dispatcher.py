@@ -179,6 +179,7 @@ class Dispatcher:
             finally:
                 with self._cond:
                     self._busy -= 1
+                    self._count_finished()
             return
         with self._cond:
             self._busy += 1
@@ -207,6 +208,7 @@ class Dispatcher:
                 finally:
                     with self._cond:
                         self._busy -= 1
+                        self._count_finished()
                         self._cond.notify_all()
         finally:
             connections.close_all()
@@ -238,8 +240,13 @@ class Dispatcher:
     def _settled(self, job: QueuedJob) -> None:
         with self._cond:
             self.worker.processed += 1
-            if self.prefetch:  # only _prefetch_size() reads (and prunes) it: none kept without prefetch
-                self._finished.append(time.monotonic())
+
+    def _count_finished(self) -> None:
+        """A slot came free (called with ``_cond`` held): counted for the prefetch of the next reservation, which
+        waited for that slot. Counted here, not when the delivery's ack is reported (an ack thread may report it
+        after that reservation, which then reserved nothing ahead)."""
+        if self.prefetch:  # only _prefetch_size() reads (and prunes) it: none kept without prefetch
+            self._finished.append(time.monotonic())
 
     def _failed(self, exc: BaseException) -> None:
         with self._cond:

@@ -8,7 +8,6 @@ import asyncio
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -68,57 +67,6 @@ def test_a_full_ack_batch_is_sent_without_waiting_for_its_delay(queue: Queue, qu
         batch.close()
     assert results == [None, None]
     assert queue.pop(0.1, [queue_name]) is None  # both acked: nothing comes back
-
-
-def test_a_flush_waits_until_the_batch_another_thread_is_sending_is_reported(
-    queue_name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Regression: flush() waited out a batch the flusher thread was sending, but not the report of its results,
-    so the dispatcher's reservation after it saw no success reported and sized its prefetch at nothing (a CI
-    rerun of test_a_prefetched_delivery_no_slot_takes_is_given_back_and_runs_later_unchanged). When flush()
-    returns, every ack added before it was sent and reported."""
-    queue = queues["sqlite"]
-    queue.push(jobs.Noop(), queue=queue_name)
-    held = queue.pop(1, [queue_name])
-    assert held is not None
-    sending, proceed, other_returned = threading.Event(), threading.Event(), threading.Event()
-    order: list[str] = []
-    ack_many = queue.ack_many
-
-    def slow_ack_many(batch: list[Any]) -> list[StaleJobHandleError | None]:
-        sending.set()
-        assert proceed.wait(10)
-        return ack_many(batch)
-
-    def reported(result: StaleJobHandleError | None) -> None:
-        other_returned.wait(0.5)  # without the fix the other flush returns meanwhile, and is seen to
-        order.append("reported")
-
-    monkeypatch.setattr(queue, "ack_many", slow_ack_many)
-    batch = AckBatch(queue, max_delay=3600, max_batch=1)  # the flusher thread sends at once
-    try:
-        batch.add(held, reported)
-        assert sending.wait(10)
-
-        def flush() -> None:
-            batch.flush()
-            order.append("flushed")
-            other_returned.set()
-
-        other = threading.Thread(target=flush)
-        other.start()
-        wait_until(
-            lambda: (
-                (frame := sys._current_frames().get(other.ident or 0)) is not None and frame.f_code.co_name == "flush"
-            )
-        )
-        proceed.set()
-        other.join(10)
-    finally:
-        proceed.set()
-        batch.close()
-    assert order == ["reported", "flushed"]
-    assert queue.pop(0.1, [queue_name]) is None  # acked
 
 
 def test_a_disarmed_deadline_never_calls_its_callback() -> None:
