@@ -1,7 +1,7 @@
 """What a rerun hid (issue 28): the failure of every attempt pytest-rerunfailures ran again, printed whole.
 
-``make test`` reruns a failed test once (RERUNS) until the suite has passed three times without one; the plugin
-itself reports a rerun by name only, which left the race behind it unreadable. Here each rerun's report (on the
+``make test`` reruns nothing; ``RERUNS='--reruns 1'`` turns reruns on for an investigation. The plugin itself
+reports a rerun by name only, which leaves the race behind it unreadable. Here each rerun's report (on the
 xdist controller, which receives every worker's reports) is kept and its failure printed in a section of the
 terminal summary, so a green run that needed a second chance still says what failed the first time.
 """
