@@ -20,7 +20,7 @@ from django.db import connections as db_connections
 
 from kinetis_queue import Job, JobContext, conf, dispatcher, queues
 from kinetis_queue import connections as queue_connections
-from kinetis_queue.ack_batch import MAX_ACK_BATCH, AckBatch
+from kinetis_queue.ack_batch import AckBatch
 from kinetis_queue.contracts import DisposableQueue, Queue, QueuedJob, Reserved
 from kinetis_queue.dispatcher import Dispatcher
 from kinetis_queue.outcomes import ExitReason
@@ -187,12 +187,14 @@ def test_a_freed_slot_counts_for_the_next_prefetch_before_its_ack_is_reported(
     after the reservation that waited for its slot; that reservation then reserved nothing ahead (a CI rerun of
     the test above: no delivery waited, nothing was given back). A job counts as soon as its slot is free."""
     monkeypatch.setattr(dispatcher, "PREFETCH_WINDOW", 600.0)
-    monkeypatch.setattr(AckBatch.__init__, "__defaults__", (3600.0, MAX_ACK_BATCH))  # the ack waits to be sent
     queue.push(jobs.Noop(), queue=queue_name)
     job = queue.pop(1, [queue_name])
     assert job is not None
     worker = Worker(queue, recorder=None)
     loop = Dispatcher(worker, worker._runner, 2, 4)
+    # Wired as run() wires it, with an ack batch that sends only when flushed (at the wind-down).
+    loop.acks = worker._runner.acks = AckBatch(queue, max_delay=3600)
+    worker._runner.settled = loop._settled
     try:
         loop._dispatch(job)
         wait_until(lambda: not loop.busy())
