@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from tests.settings import REDIS_URL
+from tests.support.coverage_env import uncovered
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 BENCH_PYTHON = REPO_ROOT / ".venv-bench" / "bin" / "python"
@@ -34,7 +35,8 @@ def run_harness(python: Path | str, rows: str, tmp_path: Path) -> tuple[str, dic
         [str(python), "-m", "bench.peers", "--quick", "--latency-k", "2", "--bulk-n", "20", "--peers", rows,
          "--redis-url", BENCH_REDIS_URL, "--json", str(report)],
         cwd=REPO_ROOT,
-        env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+        # Untraced by coverage, as bench.scale's harness test (what its workers run is measured elsewhere).
+        env=uncovered({k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}),
         capture_output=True,
         text=True,
         timeout=540,
