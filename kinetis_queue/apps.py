@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any
 
 from django.apps import AppConfig
 
@@ -15,7 +14,7 @@ class KinetisQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from kinetis_queue import checks, hooks, limits, model_args, registry, unique  # noqa: F401  (checks registers the checks)
+        from kinetis_queue import checks, limits, model_args, registry, unique  # noqa: F401  (checks registers the checks)
 
         model_args.install()  # job arguments annotated with a model class (docs/job-arguments.md)
         from kinetis_queue.contrib import receivers  # noqa: F401  (registers QueuedReceiverJob)
@@ -26,10 +25,9 @@ class KinetisQueueConfig(AppConfig):
         # Backends without a store of their own keep unique jobs' locks and concurrency slots in a Django database.
         unique.DEFAULT_STORE = database_locks
         limits.DEFAULT_STORE = database_slots
-        # Around every worker's deliveries: paused queues and cancelled jobs (kinetis_queue/control), chains
-        # and batches (kinetis_queue/workflows), and what KINETIS_QUEUE asks to observe
-        # (kinetis_queue/observability), also on the push side.
-        hooks.DEFAULT = _worker_hooks
+        # What KINETIS_QUEUE asks to observe (kinetis_queue/observability). The middleware chain (paused queues and
+        # cancelled jobs, chains and batches, unique jobs, observability, the outbox) is read from
+        # KINETIS_QUEUE["MIDDLEWARE"] at its first use (kinetis_queue.middleware; check kinetis_queue.E011).
         from kinetis_queue.observability import setup
 
         setup.configure()
@@ -43,14 +41,3 @@ class KinetisQueueConfig(AppConfig):
         # Job classes, receivers and tasks are resolved only among what the process knows (DESIGN.md §2).
         # A module that fails to import is kept and reported (check E004, queue_work), not raised here.
         registry.discover()
-
-
-def _worker_hooks() -> Any:
-    """The hooks of every Worker given none (kinetis_queue.hooks), asked in this order: one instance each,
-    as each holds its worker's state. A paused queue or a cancelled job is decided first."""
-    from kinetis_queue.control.hooks import ControlHooks
-    from kinetis_queue.hooks import HookChain
-    from kinetis_queue.observability.setup import worker_hooks
-    from kinetis_queue.workflows.hooks import WorkflowHooks
-
-    return HookChain([ControlHooks(), WorkflowHooks(), *worker_hooks()])

@@ -265,6 +265,22 @@ def check_observability(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
     return [Error(problem, id="kinetis_queue.E008") for problem in missing_libraries(loaded)]
 
 
+@register()
+def check_middleware(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E011: each entry of KINETIS_QUEUE["MIDDLEWARE"] imports and is a middleware class."""
+    from kinetis_queue.middleware import middleware_paths
+
+    try:
+        conf.load()
+    except QueueConfigurationError:
+        return []  # reported by E001
+    try:
+        middleware_paths(load=True)
+    except QueueConfigurationError as exc:
+        return [Error(str(exc), hint="docs/middleware.md", id="kinetis_queue.E011")]
+    return []
+
+
 @register(Tags.database)
 def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W005: no connection's outbox backlog is above its OUTBOX_WARN (in the databases asked about)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from typing import Any
@@ -175,6 +175,7 @@ def load() -> QueueSettings:
         "SCHEDULE",
         "MAIL",  # validated by mail() alone (check kinetis_queue.E009), so a bad MAIL stops no push
         "ENDPOINTS",
+        "MIDDLEWARE",  # its entries imported by kinetis_queue.middleware (check kinetis_queue.E011)
         *OBSERVABILITY_KEYS,
         *SHARED_KEYS,
     }
@@ -194,6 +195,12 @@ def load() -> QueueSettings:
     default = raw.get("DEFAULT_CONNECTION", "default")
     if type(default) is not str or default not in parsed:
         raise fail(("DEFAULT_CONNECTION",), "must name one of KINETIS_QUEUE['CONNECTIONS']")
+    middleware = raw.get("MIDDLEWARE", ())
+    if isinstance(middleware, str) or not isinstance(middleware, Sequence):
+        raise fail(("MIDDLEWARE",), "must be a list of dotted paths of middleware classes, in order")
+    for index, path in enumerate(middleware):
+        if type(path) is not str or not path:
+            raise fail(("MIDDLEWARE", str(index)), "must be a dotted path (a non-empty str)")
     for name in OBSERVABILITY_KEYS:
         if name in raw:
             boolean(raw[name], (name,))

@@ -128,9 +128,10 @@ def _reset_on_setting_change(*, setting: str, **kwargs: Any) -> None:
     if setting in ("KINETIS_QUEUE", "DATABASES"):
         queues.dispose_all()
     if setting == "KINETIS_QUEUE":
-        from kinetis_queue import registry
+        from kinetis_queue import middleware, registry
         from kinetis_queue.observability import setup
 
         registry.forget_runnable()  # IMPORTS decides which classes a push accepts
+        middleware.forget()  # MIDDLEWARE
 
         setup.configure()

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from kinetis_queue import hooks, limits, unique
+from kinetis_queue import limits, unique
 from kinetis_queue.envelope import Envelope, new_envelope
 from kinetis_queue.exceptions import (
     InvalidQueueArgumentError,
@@ -38,11 +38,11 @@ from kinetis_queue.exceptions import (
 )
 from kinetis_queue.job import Job
 from kinetis_queue.limits import SlotStore
-from kinetis_queue.outbox import Outbox
+from kinetis_queue.middleware import PushDraft, push_chain
 from kinetis_queue.priority import DEFAULT_PRIORITY, priority_of, validate_priority, with_priority
 from kinetis_queue.registry import ensure_runnable
 from kinetis_queue.serializer import serialize_job
-from kinetis_queue.unique import LockStore, UniqueLock
+from kinetis_queue.unique import LockStore
 from kinetis_queue.validation import (
     validate_delay,
     validate_job_id,
@@ -54,10 +54,13 @@ from kinetis_queue.validation import (
 
 if TYPE_CHECKING:
     from kinetis_queue.conf import ConnectionSettings
+    from kinetis_queue.outbox import Outbox
     from kinetis_queue.schema import BackendOptions
 
-#: prepare()'s unique_* options when a push gives none.
-_NO_UNIQUE_OPTIONS: tuple[None, ...] = (None,) * 5
+#: The keyword options of push() and prepare() that go to the middleware (kinetis_queue.middleware), by name:
+#: today those of unique jobs (kinetis_queue.unique.UniqueMiddleware).
+_OPTIONS = ("unique_key", "unique_for", "unique_until", "debounce", "on_duplicate")
+_NO_OPTIONS: tuple[None, ...] = (None,) * len(_OPTIONS)
 
 #: Longest pause between two empty sweeps (contract: "The pop() priority/timeout contract"); a
 #: backend may pause less (``Queue.poll_pause``) or wait natively until a push wakes it (``_wait``).
@@ -142,8 +145,9 @@ class PreparedPush:
     #: Seconds before the job may be popped, already validated (0: at once).
     delay: float
     queue: str
-    #: The lock of a unique job (kinetis_queue.unique), also in the envelope's metadata; None otherwise.
-    unique: UniqueLock | None = None
+    #: What the push side of the middleware noted for this push, each under a key of its own (the lock of a
+    #: unique job, kinetis_queue.unique); carried to their ``send()``, never stored.
+    notes: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -295,18 +299,14 @@ class Queue(ABC):
         rank = self._priority(job, priority)
         job_class, args = serialize_job(job)
         ensure_runnable(type(job))
-        metadata = self._metadata()
-        if hooks.METADATA_PROVIDERS:
-            metadata = {**metadata}
-            for provider in hooks.METADATA_PROVIDERS:
-                metadata.update(provider(self, queue, job_class))
-        lock = None
         options = (unique_key, unique_for, unique_until, debounce, on_duplicate)
-        if type(job).unique_for is not None or options != _NO_UNIQUE_OPTIONS:
-            lock = unique.lock_for(job, job_class, args, self.connection, queue, *options)
-            metadata = {**metadata, unique.METADATA_KEY: lock.metadata()}
-        metadata = with_priority(metadata, rank)
-        prepared = PreparedPush(new_envelope(job_class, args, cap, metadata), seconds, queue, lock)
+        given: dict[str, object] = {}
+        if options != _NO_OPTIONS:
+            given = {name: value for name, value in zip(_OPTIONS, options, strict=True) if value is not None}
+        draft = PushDraft(self, job, job_class, args, queue, given, self._metadata())
+        push_chain().prepare(draft)
+        metadata = with_priority(draft.metadata, rank)
+        prepared = PreparedPush(new_envelope(job_class, args, cap, metadata), seconds, queue, draft.notes)
         self._check_push(prepared)
         return prepared
 
@@ -330,16 +330,7 @@ class Queue(ABC):
         "What push() guarantees"). Sending one PreparedPush twice stores the job twice, under one id,
         unless it is unique: then the connection's lock store decides (the holder's id may come back).
         """
-        outbox = self.outbox
-        if prepared.unique is not None:
-            return unique.connection_store(self).push(self, prepared, prepared.unique)
-        if outbox is not None and outbox.captures():
-            outbox.write(self, [prepared])
-        else:
-            self._push(prepared.envelope, prepared.delay, prepared.queue)
-        if hooks.PUSH_OBSERVERS:
-            _observe(self, [prepared])
-        return prepared.envelope.id
+        return push_chain().send(self, (prepared,), self._send_to_store)[0]
 
     def push_many(
         self,
@@ -377,18 +368,16 @@ class Queue(ABC):
         """
         if not prepared:
             return []
-        plain = [item for item in prepared if item.unique is None]
-        if plain:
-            outbox = self.outbox
-            if outbox is not None and outbox.captures():
-                outbox.write(self, plain)
-            else:
-                self._push_many(plain)
-            if hooks.PUSH_OBSERVERS:
-                _observe(self, plain)
-        if len(plain) == len(prepared):
-            return [item.envelope.id for item in prepared]
-        return [item.envelope.id if item.unique is None else self.send(item) for item in prepared]
+        return push_chain().send(self, prepared, self._send_to_store)
+
+    def _send_to_store(self, prepared: Sequence[PreparedPush]) -> list[str]:
+        """The end of the push chain: the backend stores the pushes (one round trip where it can)."""
+        if len(prepared) == 1:
+            item = prepared[0]
+            self._push(item.envelope, item.delay, item.queue)
+            return [item.envelope.id]
+        self._push_many(prepared)
+        return [item.envelope.id for item in prepared]
 
     def store_many(self, prepared: Sequence[PreparedPush]) -> list[StoreRefusal]:
         """Store prepared pushes in the store itself, now: no outbox, no unique lock (the outbox relay's
@@ -661,15 +650,6 @@ class DisposableQueue(Queue):
     @abstractmethod
     def dispose(self) -> None:
         """Close what this queue opened; safe before first use and when called twice."""
-
-
-def _observe(queue: Queue, prepared: Sequence[PreparedPush]) -> None:
-    """Tell the push observers (metrics, history) about stored pushes; an observer's error never fails a push."""
-    for observer in hooks.PUSH_OBSERVERS:
-        try:
-            observer(queue, prepared)
-        except Exception:  # noqa: S110 - observers never decide (contract)
-            pass
 
 
 def _at_index(exc: Exception, index: int) -> Exception:

@@ -1,8 +1,9 @@
 """What the Django glue plugs into a worker around each delivery: paused queues, cancellation, workflows.
 
-The worker knows only this interface; the implementations live above it (kinetis_queue/control for
-pausing and cancellation, kinetis_queue/workflows for chains and batches), and the app sets
-``DEFAULT`` at start-up so that every Worker uses them. Every method is on the delivery's path, so
+The worker knows only this interface; the implementations live above it, each a middleware of
+KINETIS_QUEUE["MIDDLEWARE"] (kinetis_queue.middleware: kinetis_queue/control for pausing and cancellation,
+kinetis_queue/workflows for chains and batches, kinetis_queue/observability), and every Worker given no
+hooks builds the chain's. Every method is on the delivery's path, so
 each must answer from memory for a job that is none of its business (a set lookup, a metadata key).
 
 The calls, in a delivery's order: ``active()`` filters the queues a reservation pops; ``admit()``
@@ -186,18 +187,9 @@ class HookChain(DeliveryHooks):
                 self.observers.failed(reported, exc)
 
 
-#: Push-side observers (metrics, tracing), set by the app's ready() when enabled; empty by default, so a
-#: push pays one emptiness test. A provider returns metadata a push carries (the trace context, the
-#: correlation id), given the connection's queue, the queue name and the job's class; an observer sees each
-#: push once stored.
+#: Push-side providers and observers (metrics, tracing), set by kinetis_queue.observability.setup when enabled
+#: and read by its ObservabilityMiddleware; empty by default, so a push pays one emptiness test. A provider
+#: returns metadata a push carries (the trace context, the correlation id), given the connection's queue, the
+#: queue name and the job's class; an observer sees each push once stored.
 METADATA_PROVIDERS: list[Callable[[Queue, str, str], dict[str, Any]]] = []
 PUSH_OBSERVERS: list[Callable[[Queue, Sequence[PreparedPush]], None]] = []
-
-
-#: Builds the hooks of a new Worker: set by the app's ready() (kinetis_queue/apps.py); None: no hooks.
-DEFAULT: Callable[[], DeliveryHooks] | None = None
-
-
-def default_hooks() -> DeliveryHooks:
-    """The hooks a Worker gets when it is given none: the app's, else none."""
-    return DeliveryHooks() if DEFAULT is None else DEFAULT()

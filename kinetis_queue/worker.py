@@ -35,7 +35,8 @@ from kinetis_queue.dispatcher import Dispatcher
 from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedJobSettledError
 from kinetis_queue.failed import FailedJobRecorder, ModelRecorder
 from kinetis_queue.heartbeat import Heartbeat
-from kinetis_queue.hooks import PAUSED_WAIT, DeliveryHooks, default_hooks
+from kinetis_queue.hooks import PAUSED_WAIT, DeliveryHooks
+from kinetis_queue.middleware import worker_hooks
 from kinetis_queue.outcomes import ExitReason, JobOutcome, JobReport
 from kinetis_queue.run_limits import RunLimits, positive_limit
 from kinetis_queue.settlement import retry_delay
@@ -94,7 +95,7 @@ class Worker:
         #: Why the last run() returned; None before it does.
         self.exit_reason: ExitReason | None = None
         #: Pausing, cancellation and workflows around each delivery (kinetis_queue.hooks); the app's by default.
-        self.hooks = hooks if hooks is not None else default_hooks()
+        self.hooks = hooks if hooks is not None else worker_hooks()
         self._hooks_started = False
         # Contract: the capability is resolved once, in the constructor.
         self._heartbeat = Heartbeat(queue) if isinstance(queue, RenewableQueue) else None

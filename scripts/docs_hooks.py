@@ -124,6 +124,7 @@ def setting_keys() -> list[tuple[str, str, Any]]:
         ("SCHEDULE", "top", None),
         ("MAIL", "top", None),
         ("ENDPOINTS", "top", None),
+        ("MIDDLEWARE", "top", None),
         *((name, "top", default) for name, default in conf.OBSERVABILITY_KEYS.items()),
         *((o.name, "top or connection", o.default) for o in conf.SHARED_OPTIONS),
         ("BACKEND", "connection", None),

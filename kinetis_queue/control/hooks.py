@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.control import CANCELLED
-from kinetis_queue.hooks import DeliveryHooks
+from kinetis_queue.middleware import Middleware
 from kinetis_queue.outcomes import AtLimit, SkipDelivery
 from kinetis_queue.unique import Until, held_lock, store_of
 
@@ -174,7 +174,7 @@ def view_of(connection: str) -> ControlView:
         return view
 
 
-class ControlHooks(DeliveryHooks):
+class ControlHooks(Middleware):
     """Pausing and cancellation around a worker's deliveries; every answer is a set lookup in memory.
 
     ``connection`` names the connection when the hooks are used without ``start()``; otherwise
@@ -244,3 +244,7 @@ class ControlHooks(DeliveryHooks):
                 job.id,
                 type(exc).__name__,
             )
+
+
+#: Its name in KINETIS_QUEUE["MIDDLEWARE"] (kinetis_queue.middleware.DEFAULT_MIDDLEWARE).
+ControlMiddleware = ControlHooks

@@ -1,13 +1,19 @@
 """Switching the observability parts on from KINETIS_QUEUE (METRICS, TRACING, JOB_LOG, HISTORY), at start-up and
-whenever the setting changes: the push-side providers and observers, and the hooks of each new Worker."""
+whenever the setting changes: the push-side providers and observers, and the hooks of each new Worker; and
+``ObservabilityMiddleware``, which carries both into the chain (kinetis_queue.middleware)."""
 
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from kinetis_queue import conf, hooks
 from kinetis_queue.exceptions import QueueConfigurationError
+from kinetis_queue.middleware import Middleware, PushDraft, Store
+
+if TYPE_CHECKING:
+    from kinetis_queue.contracts import PreparedPush, Queue
 
 #: Each switch's module and the pip extra it needs.
 NEEDS = {"METRICS": ("prometheus_client", "metrics"), "TRACING": ("opentelemetry", "otel")}
@@ -93,3 +99,29 @@ def worker_hooks() -> list[hooks.DeliveryHooks]:
 
         found.append(JobLogHooks())
     return found
+
+
+class ObservabilityMiddleware(hooks.HookChain, Middleware):
+    """Observability in the chain. On the push side: the metadata providers' data (the trace context, the
+    correlation id) added to each push, and the push observers (metrics, history) told of each push stored;
+    an observer's error never fails a push. Around deliveries: ``worker_hooks()``, which a worker's chain takes
+    in its place (a HookChain is flattened into the chain that holds it)."""
+
+    def __init__(self) -> None:
+        super().__init__(worker_hooks())
+
+    def prepare(self, draft: PushDraft) -> None:
+        providers = hooks.METADATA_PROVIDERS
+        if providers:
+            metadata = draft.metadata
+            for provider in providers:
+                metadata.update(provider(draft.queue, draft.queue_name, draft.job_class))
+
+    def send(self, queue: Queue, prepared: Sequence[PreparedPush], store: Store) -> list[str]:
+        ids = store(prepared)
+        for observer in hooks.PUSH_OBSERVERS:
+            try:
+                observer(queue, prepared)
+            except Exception:  # noqa: S110 - observers never decide (contract)
+                pass
+        return ids

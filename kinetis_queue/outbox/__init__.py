@@ -5,8 +5,8 @@ inside a transaction on that database (or any push, with ``OUTBOX_ALWAYS``) writ
 outbox table in that transaction instead of sending it. The relay (kinetis_queue.outbox.relay) then
 moves committed rows to the store, at least once, deleting each only after the store confirmed it.
 
-This module is the contract's side: what ``Queue.send()`` asks of a connection's outbox. The table, the
-writer and the relay are the Django glue around it.
+This module is the push side: what ``OutboxMiddleware`` asks of a connection's outbox. The table, the writer
+and the relay are the Django glue around it.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from kinetis_queue.middleware import Middleware, Store
+
 if TYPE_CHECKING:
     from kinetis_queue.contracts import PreparedPush, Queue
 
 
 class Outbox(ABC):
-    """A connection's outbox, as ``Queue.send()`` and ``send_many()`` use it."""
+    """A connection's outbox, as ``OutboxMiddleware`` uses it."""
 
     #: The database alias whose transactions the outbox joins.
     database: str
@@ -32,3 +34,15 @@ class Outbox(ABC):
     @abstractmethod
     def write(self, queue: Queue, prepared: Sequence[PreparedPush]) -> None:
         """Write the pushes to the outbox table, in the current transaction on ``database``."""
+
+
+class OutboxMiddleware(Middleware):
+    """The outbox on the push side (kinetis_queue.middleware): a push its connection's outbox captures is written
+    to the outbox table in the current transaction; any other goes on to the store."""
+
+    def send(self, queue: Queue, prepared: Sequence[PreparedPush], store: Store) -> list[str]:
+        outbox = queue.outbox
+        if outbox is None or not outbox.captures():
+            return store(prepared)
+        outbox.write(queue, prepared)
+        return [item.id for item in prepared]

@@ -39,6 +39,7 @@ from kinetis_queue.contracts import PreparedPush, Queue
 from kinetis_queue.exceptions import ConnectionFailedError
 from kinetis_queue.schedules.declaration import Schedule
 from kinetis_queue.schedules.models import ScheduleTick
+from kinetis_queue.unique import METADATA_KEY, lock_of
 
 if TYPE_CHECKING:
     from kinetis_queue.backends.redis import RedisQueue
@@ -71,10 +72,12 @@ def prepared_push(schedule: Schedule, tick: int, queue: Queue) -> PreparedPush:
     push(); a scheduler would only retry the tick)."""
     prepared = queue.prepare(schedule.build_job(), 0, schedule.queue)
     envelope = dataclasses.replace(prepared.envelope, id=tick_job_id(schedule.name, tick))
-    lock = prepared.unique
+    prepared = dataclasses.replace(prepared, envelope=envelope)
+    lock = lock_of(prepared)
     if lock is not None and lock.raise_duplicate:
-        lock = dataclasses.replace(lock, raise_duplicate=False)
-    return dataclasses.replace(prepared, envelope=envelope, unique=lock)
+        notes = {**prepared.notes, METADATA_KEY: dataclasses.replace(lock, raise_duplicate=False)}
+        prepared = dataclasses.replace(prepared, notes=notes)
+    return prepared
 
 
 @dataclass(frozen=True)
@@ -244,7 +247,7 @@ class RedisClaims(ClaimStore):
         keys = [f"{state}:{tick}", state, target.pending, target.delayed, *self.queue.priority_keys(schedule.queue)]
         args: list[Any] = [prepared.id, CLAIM_TTL, prepared.envelope.to_json(), tick, repr(now)]
         args.append(prepared.envelope.priority)
-        lock = prepared.unique
+        lock = lock_of(prepared)
         if lock is not None:  # pushed through its lock, as push_unique.lua pushes it
             locks = self.queue.lock_store()
             keys.append(locks.key(lock.key, schedule.queue))

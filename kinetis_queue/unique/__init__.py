@@ -1,11 +1,11 @@
 """Unique jobs: at most one job per key held at a time on a connection (docs/unique-jobs.md).
 
 A job is unique when its class sets ``unique_for`` (seconds) or its push names ``unique_key=`` /
-``unique_for=``. ``Queue.prepare()`` turns that into a ``UniqueLock`` (key digest, scope, lifetime,
-debounce), carried in the envelope's metadata under METADATA_KEY so the worker can release it; the
-push then goes through the connection's ``LockStore``, which writes the lock and the job together
-(or, where it cannot, in an order that never loses a job) and returns the holder's id when the key
-is held.
+``unique_for=``. ``UniqueMiddleware`` (kinetis_queue.middleware) turns that into a ``UniqueLock`` (key
+digest, scope, lifetime, debounce) when the push is prepared, carried in the envelope's metadata under
+METADATA_KEY so the worker can release it; the push then goes through the connection's ``LockStore``,
+which writes the lock and the job together (or, where it cannot, in an order that never loses a job) and
+returns the holder's id when the key is held.
 
 The scopes (``unique_until``): ``"settled"`` (default) holds the key until the job is acked or fails
 for good; ``"started"`` until its first attempt starts; ``"expired"`` for ``unique_for`` seconds
@@ -24,15 +24,18 @@ import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
 from kinetis_queue.exceptions import InvalidQueueArgumentError, UnknownLockDatabaseError
 from kinetis_queue.job import Job, job_class_path
+from kinetis_queue.middleware import Middleware, PushDraft, Store
 from kinetis_queue.outcomes import SkipDelivery
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
 
 #: Where an envelope's metadata carries its lock (the scope, the key digest, its generation).
@@ -113,6 +116,56 @@ def held_lock(job: QueuedJob) -> HeldLock | None:
         return None
     database = data.get("db")
     return HeldLock(key, Until(until), generation, debounce is True, database if type(database) is str else None)
+
+
+class UniqueMiddleware(Middleware):
+    """Unique jobs on the push side: the lock of a push is made when it is prepared (its options checked, its
+    key hashed), and a push holding one is sent through the connection's lock store."""
+
+    options = frozenset({"unique_key", "unique_for", "unique_until", "debounce", "on_duplicate"})
+
+    def prepare(self, draft: PushDraft) -> None:
+        options = draft.options
+        job = draft.job
+        if type(job).unique_for is None and (not options or self.options.isdisjoint(options)):
+            return  # not unique: one attribute read
+        lock = lock_for(
+            job,
+            draft.job_class,
+            draft.args,
+            draft.queue.connection,
+            draft.queue_name,
+            options.get("unique_key"),
+            options.get("unique_for"),
+            options.get("unique_until"),
+            options.get("debounce"),
+            options.get("on_duplicate"),
+        )
+        draft.metadata[METADATA_KEY] = lock.metadata()
+        draft.notes[METADATA_KEY] = lock
+
+    def send(self, queue: Queue, prepared: Sequence[PreparedPush], store: Store) -> list[str]:
+        """The pushes without a lock go on together; then each unique one through the lock store, whose answer
+        (the holder's id when its key is held) is its id."""
+        plain = [item for item in prepared if METADATA_KEY not in item.notes]
+        if len(plain) == len(prepared):
+            return store(prepared)
+        if plain:
+            store(plain)
+        return [item.id if (lock := lock_of(item)) is None else connection_store(queue).push(queue, item, lock)
+                for item in prepared]  # fmt: skip
+
+
+def lock_of(prepared: PreparedPush) -> UniqueLock | None:
+    """The lock of a prepared push (UniqueMiddleware's note), or None for a push that is not unique."""
+    lock = prepared.notes.get(METADATA_KEY)
+    return lock if isinstance(lock, UniqueLock) else None
+
+
+def without_lock(prepared: PreparedPush) -> PreparedPush:
+    """The same push as a plain one (its envelope unchanged): what a lock store sends once it holds the key."""
+    notes = {name: value for name, value in prepared.notes.items() if name != METADATA_KEY}
+    return replace(prepared, notes=notes)
 
 
 def connection_store(queue: Queue) -> LockStore:

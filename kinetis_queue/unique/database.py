@@ -28,7 +28,7 @@ from django.db import IntegrityError, OperationalError, connections, router, tra
 
 from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
 from kinetis_queue.exceptions import DuplicateJobError
-from kinetis_queue.unique import METADATA_KEY, HeldLock, LockStore, UniqueLock, Until
+from kinetis_queue.unique import METADATA_KEY, HeldLock, LockStore, UniqueLock, Until, without_lock
 from kinetis_queue.unique.models import UniqueLockRecord
 
 #: Seconds an unconfirmed key (its push in flight) holds off other pushes before they take it over:
@@ -125,13 +125,13 @@ class DatabaseLocks(LockStore):
             # runs, so a push from inside the job gives way, and freed after unless it lasts its time.
             mine.update(confirmed=True)
             try:
-                queue.send(replace(prepared, unique=None))
+                queue.send(without_lock(prepared))
             finally:
                 if lock.until is not Until.EXPIRED:
                     mine.delete()
             return decision.job_id
         try:
-            queue.send(replace(prepared, unique=None))  # the plain push; the key is this push's now
+            queue.send(without_lock(prepared))  # the plain push; the key is this push's now
         except BaseException:
             mine.delete()  # give the key back: the next push takes it at once
             raise

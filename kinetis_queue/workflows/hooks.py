@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.contracts import Queue, QueuedJob
-from kinetis_queue.hooks import DeliveryHooks
+from kinetis_queue.middleware import Middleware
 from kinetis_queue.outcomes import SkipDelivery
 from kinetis_queue.workflows import engine
 from kinetis_queue.workflows.models import WorkflowMember
@@ -34,7 +34,7 @@ def member_of(job: QueuedJob) -> tuple[str, int] | None:
     return workflow, index
 
 
-class WorkflowHooks(DeliveryHooks):
+class WorkflowHooks(Middleware):
     """See the module docstring."""
 
     def __init__(self) -> None:
@@ -87,3 +87,7 @@ class WorkflowHooks(DeliveryHooks):
         ref = member_of(job)
         if ref is not None and self.queue is not None:
             engine.finish(self.queue, ref[0], ref[1], succeeded)
+
+
+#: Its name in KINETIS_QUEUE["MIDDLEWARE"] (kinetis_queue.middleware.DEFAULT_MIDDLEWARE).
+WorkflowMiddleware = WorkflowHooks

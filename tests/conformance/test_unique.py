@@ -18,7 +18,7 @@ from kinetis_queue.exceptions import DuplicateJobError, InvalidQueueArgumentErro
 from kinetis_queue.failed import exception_class_path
 from kinetis_queue.models import FailedJob
 from kinetis_queue.outcomes import JobOutcome, JobReport
-from kinetis_queue.unique import METADATA_KEY, connection_store
+from kinetis_queue.unique import METADATA_KEY, connection_store, without_lock
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.support.backends import Backend
@@ -257,7 +257,7 @@ def _naming_lock_database(connection: Queue, queue_name: str, job: Any, database
     prepared = connection.prepare(job, queue=queue_name)
     metadata = {**prepared.envelope.metadata}
     metadata[METADATA_KEY] = {**metadata[METADATA_KEY], "db": database}
-    connection.send(replace(prepared, envelope=replace(prepared.envelope, metadata=metadata), unique=None))
+    connection.send(without_lock(replace(prepared, envelope=replace(prepared.envelope, metadata=metadata))))
     return prepared.id
 
 

@@ -16,8 +16,9 @@ from django.test import override_settings
 from kinetis_queue import hooks
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.control.hooks import view_of
-from kinetis_queue.hooks import DeliveryHooks, HookChain, default_hooks
+from kinetis_queue.hooks import DeliveryHooks, HookChain
 from kinetis_queue.job_timeout import TIMEOUT_KEY
+from kinetis_queue.middleware import worker_hooks
 from kinetis_queue.observability import correlation, setup
 from kinetis_queue.observability.tracing import TRACE_KEY, TracingHooks
 from kinetis_queue.outcomes import JobOutcome, JobReport
@@ -116,7 +117,7 @@ def test_a_job_settled_by_the_timeout_watchdog_ends_its_hooks_and_its_span_once(
     with trace.get_tracer("tests").start_as_current_span("request"):
         job_id = connection.push(cj.WaitsForRelease("w"), queue=queue_name, max_attempts=1)
     recorder = Recorder()
-    worker = Worker(connection, concurrency=4, job_timeout=1, hooks=HookChain([default_hooks(), recorder]))
+    worker = Worker(connection, concurrency=4, job_timeout=1, hooks=HookChain([worker_hooks(), recorder]))
     try:
         assert worker.run(5, [queue_name], once=True) is ExitReason.COMPLETED
         assert cj.WAITING.is_set() and cj.STARTED == []  # settled while handle() still waits

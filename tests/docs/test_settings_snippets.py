@@ -80,9 +80,10 @@ def _applies(snippet: Snippet, version: str) -> bool:
     return version in SpecifierSet(spec)
 
 
-def _write_stub(project: Path, dotted: str, job_args: dict[str, Any] | None) -> str:
-    """A module of the reader's project (a Job class ``dotted`` when ``job_args`` is given); its top package."""
-    module, _, name = dotted.rpartition(".") if job_args is not None else (dotted, "", "")
+def _write_stub(project: Path, dotted: str, job_args: dict[str, Any] | None, *, middleware: bool = False) -> str:
+    """A module of the reader's project (a Job class ``dotted`` when ``job_args`` is given, a middleware class
+    ``dotted`` with ``middleware``); its top package."""
+    module, _, name = dotted.rpartition(".") if job_args is not None or middleware else (dotted, "", "")
     if module.split(".")[0] == "kinetis_queue":
         return ""
     path = project.joinpath(*module.split("."))
@@ -97,6 +98,8 @@ def _write_stub(project: Path, dotted: str, job_args: dict[str, Any] | None) -> 
         code = f"from kinetis_queue import Job\n\n\nclass {name}(Job):\n    def __init__(self{params}) -> None:\n"
         code += "".join(f"        self.{arg} = {arg}\n" for arg in job_args) or "        pass\n"
         code += "\n    def handle(self) -> None:\n        pass\n"
+    if middleware:
+        code = f"from kinetis_queue.middleware import Middleware\n\n\nclass {name}(Middleware):\n    pass\n"
     with (path.with_suffix(".py")).open("a", encoding="utf-8") as f:
         f.write(code)
     return module.split(".")[0]
@@ -115,6 +118,7 @@ def _reader_modules(project: Path, snippet: Snippet) -> list[str]:
     packages = [_write_stub(project, m, None) for m in queue_settings.get("IMPORTS", [])]
     for entry in queue_settings.get("SCHEDULE", {}).values():
         packages.append(_write_stub(project, entry["JOB"], entry.get("ARGS", {})))
+    packages += [_write_stub(project, path, None, middleware=True) for path in queue_settings.get("MIDDLEWARE", [])]
     return [a for a in ["kinetis_queue", *sorted({p for p in packages if p})] if a not in namespace["INSTALLED_APPS"]]
 
 

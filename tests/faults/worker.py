@@ -28,6 +28,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from kinetis_queue.middleware import Middleware
 from tests.faults import history
 
 SIGNALS = {
@@ -102,23 +103,25 @@ def install_observers() -> Callable[[], None]:
     return disconnect
 
 
+class ReadyMiddleware(Middleware):
+    """Writes a ``worker.ready`` event when the worker's run begins (its middleware start, the app's first)."""
+
+    def start(self, queue: Any) -> None:
+        history.record("worker.ready", None)
+
+
 def record_ready() -> None:
-    """Write a ``worker.ready`` event when the worker's run begins (its hooks start, the app's first): past
-    the command's start-up checks, about to reserve. A scenario that must not freeze one worker while
-    another is still starting (a frozen process can hold the default SQLite database's lock, and start-up
-    reads it) waits for it."""
-    from kinetis_queue import hooks
+    """Add ReadyMiddleware at the end of KINETIS_QUEUE["MIDDLEWARE"]: a ``worker.ready`` event, past the command's
+    start-up checks, about to reserve. A scenario that must not freeze one worker while another is still starting
+    (a frozen process can hold the default SQLite database's lock, and start-up reads it) waits for it."""
+    from django.conf import settings
 
-    class Ready(hooks.DeliveryHooks):
-        def start(self, queue: Any) -> None:
-            history.record("worker.ready", None)
+    from kinetis_queue import middleware
 
-    build = hooks.DEFAULT
-
-    def built() -> hooks.DeliveryHooks:
-        return hooks.HookChain([hooks.DeliveryHooks() if build is None else build(), Ready()])
-
-    hooks.DEFAULT = built
+    setting = copy.deepcopy(settings.KINETIS_QUEUE)
+    setting["MIDDLEWARE"] = [*middleware.middleware_paths(load=False), f"{__spec__.name}.ReadyMiddleware"]
+    settings.KINETIS_QUEUE = setting
+    middleware.forget()
 
 
 def where(tb: TracebackType | None) -> str:

@@ -20,6 +20,7 @@ from kinetis_queue.contracts import DisposableQueue, PreparedPush, Queue
 from kinetis_queue.exceptions import QueueConfigurationError
 from kinetis_queue.models import OutboxRecord, UniqueLockRecord
 from kinetis_queue.outbox.relay import Relay, backlog
+from kinetis_queue.unique import lock_of
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.conformance.test_unique import race_for_one_key
@@ -177,7 +178,7 @@ def test_a_unique_push_through_the_outbox_takes_its_key_in_the_same_transaction(
 ) -> None:
     """The lock row and the outbox row commit, or roll back, together; the worker frees the key in that database."""
     queue, database = store
-    lock = queue.prepare(jobs.Unique("u"), queue=queue_name).unique
+    lock = lock_of(queue.prepare(jobs.Unique("u"), queue=queue_name))
     assert lock is not None
     with pytest.raises(RuntimeError), transaction.atomic(using=database):
         queue.push(jobs.Unique("u"), queue=queue_name)

@@ -24,13 +24,14 @@ from kinetis_queue.exceptions import ConnectionFailedError
 from kinetis_queue.limits import slot_key
 from kinetis_queue.models import UniqueLockRecord
 from kinetis_queue.outbox.database import DatabaseOutbox
+from kinetis_queue.unique import lock_of
 from tests import jobs
 from tests.faults.faultproxy import FaultProxy, Pass, Reset
 from tests.support.helpers import before_first, in_thread, wait_until
 
 
 def _lock_key(queue: Queue, job: jobs.Unique, queue_name: str) -> str:
-    lock = queue.prepare(job, queue=queue_name).unique
+    lock = lock_of(queue.prepare(job, queue=queue_name))
     assert lock is not None
     return lock.key
 

@@ -20,6 +20,7 @@ from kinetis_queue.backends.sql.unique import REPLACE, SELECT_LOCK
 from kinetis_queue.contracts import Queue
 from kinetis_queue.exceptions import QueueTablesMissingError
 from kinetis_queue.models import UniqueLockRecord
+from kinetis_queue.unique import lock_of
 from tests import jobs
 from tests.support.helpers import before_first, in_thread, wait_until
 
@@ -82,7 +83,7 @@ def test_a_unique_push_the_database_refuses_raises_its_own_error_not_a_missing_t
 
 
 def lock_key(queue: Queue, queue_name: str) -> str:
-    lock = queue.prepare(jobs.Unique("p"), queue=queue_name).unique
+    lock = lock_of(queue.prepare(jobs.Unique("p"), queue=queue_name))
     assert lock is not None
     return lock.key
 
@@ -143,7 +144,7 @@ def test_a_debounced_push_whose_holder_was_reserved_meanwhile_is_queued_anew(
 def test_a_lock_row_without_a_job_row_holds_nothing_on_the_sql_backend(sqlite_queue: Queue, queue_name: str) -> None:
     """A row the Django-database store wrote for the connection's key (no job row: the connection was an SQS one
     before, say) names no job of this backend: the push takes the key."""
-    lock = sqlite_queue.prepare(jobs.Unique("n"), queue=queue_name).unique
+    lock = lock_of(sqlite_queue.prepare(jobs.Unique("n"), queue=queue_name))
     assert lock is not None
     now = time.time()
     UniqueLockRecord.objects.using("default").create(
@@ -165,7 +166,7 @@ def test_a_mariadb_deadlock_outside_a_transaction_is_retried(queue_name: str) ->
     db = db_connections["mariadb"]
     try:
         holder = queue.push(jobs.Debounced("first"), queue=queue_name)
-        lock = queue.prepare(jobs.Debounced("x"), queue=queue_name).unique
+        lock = lock_of(queue.prepare(jobs.Debounced("x"), queue=queue_name))
         assert lock is not None
         with db.cursor() as cursor:
             cursor.execute("SELECT CONNECTION_ID()")

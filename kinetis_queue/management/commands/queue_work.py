@@ -436,10 +436,11 @@ def _worker_hooks(
 ) -> DeliveryHooks:
     """The app's hooks of every worker, this process's entry in the worker registry (queue_workers), and its
     heartbeat file when it has one (--heartbeat-file)."""
-    from kinetis_queue.hooks import HookChain, default_hooks
+    from kinetis_queue.hooks import HookChain
+    from kinetis_queue.middleware import worker_hooks
     from kinetis_queue.observability.registry import WorkerRegistry
 
-    hooks = [default_hooks(), WorkerRegistry(connection, queues, concurrency)]
+    hooks = [worker_hooks(), WorkerRegistry(connection, queues, concurrency)]
     return HookChain(hooks if heartbeat is None else [*hooks, heartbeat])
 
 
