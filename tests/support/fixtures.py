@@ -6,6 +6,7 @@ row; each backend's setup fixture (``sqs_queues``, ``rabbitmq_queues``, ``pgboun
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,9 @@ from kinetis_queue import connections as queue_connections
 from kinetis_queue.contracts import DisposableQueue, Queue
 from tests.support.backends import BACKENDS, Backend
 from tests.support.rabbitmq_leaks import broker_used, remember
+
+#: Seconds RabbitMqTestQueues.rewrite_stored_job() looks for the message to rewrite.
+REWRITE_WAIT = 10.0
 
 
 @pytest.fixture
@@ -240,23 +244,28 @@ class RabbitMqTestQueues:
         self.queues.append(queue)
 
     def rewrite_stored_job(self, job_id: str, job_class: str, args: dict[str, Any]) -> None:
-        """AMQP cannot edit a queued message: take it, push the rewritten copy, ack the original."""
+        """AMQP cannot edit a queued message: take it, push the rewritten copy, ack the original.
+
+        The message is looked for until REWRITE_WAIT has passed: a confirmed publish may reach a consumer
+        later than one short pop on a loaded machine (a quorum queue's once took longer than 10 ms)."""
         from dataclasses import replace
 
         from kinetis_queue.contracts import PreparedPush
         from kinetis_queue.envelope import new_envelope
 
-        for queue in self.queues:
-            for name in sorted(queue.declared):
-                job = queue.pop(0.01, [name])
-                if job is None:
-                    continue
-                assert job.id == job_id, f"expected job {job_id} first on {name}, found {job.id}"
-                envelope = new_envelope(job_class, args, job.max_attempts, job.metadata)
-                queue.send(PreparedPush(replace(envelope, id=job.id, pushed_at=job.pushed_at.timestamp()), 0, name))
-                queue.ack(job)
-                return
-        raise AssertionError(f"job {job_id} is not waiting on any queue the test declared")
+        deadline = time.monotonic() + REWRITE_WAIT
+        while time.monotonic() < deadline:
+            for queue in self.queues:
+                for name in sorted(queue.declared):
+                    job = queue.pop(0.05, [name])
+                    if job is None:
+                        continue
+                    assert job.id == job_id, f"expected job {job_id} first on {name}, found {job.id}"
+                    envelope = new_envelope(job_class, args, job.max_attempts, job.metadata)
+                    queue.send(PreparedPush(replace(envelope, id=job.id, pushed_at=job.pushed_at.timestamp()), 0, name))
+                    queue.ack(job)
+                    return
+        raise AssertionError(f"job {job_id} is not waiting on any queue the test declared after {REWRITE_WAIT:g}s")
 
     def delete_all(self, also: list[str]) -> None:
         """Delete what each prepared queue declared, and the names in ``also`` (deleting a missing queue is
