@@ -41,13 +41,10 @@ from kinetis_queue.hooks import Observers
 from kinetis_queue.hygiene import HYGIENE_FRESH_FOR, reset_connections
 from kinetis_queue.job import Job, JobContext, Snooze, call_handle, handle_arguments
 from kinetis_queue.job_timeout import attempt_timeout, call_with_timeout
-from kinetis_queue.limits import STORE_FAILURE_DELAY, Slot
-from kinetis_queue.limits.keeper import SlotKeeper
-from kinetis_queue.outcomes import AtLimit, JobOutcome, JobReport, SkipDelivery
+from kinetis_queue.outcomes import STORE_FAILURE_DELAY, AtLimit, JobOutcome, JobReport, SkipDelivery
 from kinetis_queue.serializer import deserialize_job
 from kinetis_queue.settlement import Settler, snoozes_of
 from kinetis_queue.timeout_watchdog import Claim, Watchdog
-from kinetis_queue.unique import Superseded, held_lock, store_of
 from kinetis_queue.worker_log import contained, describe, job_logger, job_name, logger
 
 if TYPE_CHECKING:
@@ -77,8 +74,6 @@ class DeliveryRunner:
         #: Called once per delivery when its transition is made (or it ended with an error).
         self.settled: Callable[[QueuedJob], None] = lambda job: None
         self.failed: Callable[[BaseException], None] = lambda exc: None
-        #: Concurrency slots (kinetis_queue.limits), built on first need; closed with the worker.
-        self.slots: SlotKeeper | None = None
         self._local = threading.local()
         self._observers = Observers()
         self._abandoned = 0
@@ -188,10 +183,11 @@ class DeliveryRunner:
             self.heartbeat.start(job)
         ended: BaseException | None = None
         token: int | None = None
-        slot: Slot | None = None
+        claimed = False
         try:
             instance = deserialize_job(job.job_class, job.args)
-            slot = self._admit(job, instance)
+            self._admit(job, instance)
+            claimed = True
             context = JobContext(
                 job.id,
                 job.queue,
@@ -229,51 +225,29 @@ class DeliveryRunner:
             # settlement's own writes (the FailedJob record above all) are never inside it.
             reset_connections()
             self._local.hygiene_due = time.monotonic() + HYGIENE_FRESH_FOR
-            if slot is not None:  # after the reset: a slot row is never written inside the job's transaction
-                self._slot_keeper().give_back(slot)
+            if claimed:  # after the reset: a slot row is never written inside the job's transaction
+                self.policy.hooks.unclaim(job)
         return ended, report
 
-    def _admit(self, job: QueuedJob, instance: Job) -> Slot | None:
-        """Before the attempt: the concurrency slot its class's limit needs (kinetis_queue.limits), then
-        the unique lock's start (kinetis_queue.unique). Raises AtLimit (the delivery is given back
-        unstarted, no attempt charged) when the key is at its limit or a store could not be reached,
-        Superseded when a debounced push replaced the delivery. Returns the slot held, if any."""
-        self.policy.hooks.admit(job)  # paused queues, cancellation, workflows: SkipDelivery or AtLimit
-        limit = instance.concurrency_limit_for()
-        slot = None
+    def _admit(self, job: QueuedJob, instance: Job) -> None:
+        """Before the attempt, the hooks' admit() (paused queues, cancellation, workflows), then their claim() (a
+        concurrency slot, kinetis_queue.limits; a unique job's start, kinetis_queue.unique). Raises SkipDelivery
+        (acked unrun) or AtLimit (given back unstarted, no attempt charged), also when a store could not be
+        reached; what claim() took is given back by unclaim() after the attempt, or at once when one refused."""
+        hooks = self.policy.hooks
+        hooks.admit(job)
         try:
-            if limit is not None:
-                slot = self._slot_keeper().take(instance, limit)
-                if slot is None:
-                    raise AtLimit(limit.delay, f"its concurrency key is at its limit of {limit.max}")
-            held = held_lock(job)
-            if held is not None and not store_of(self.policy.queue, held).started(self.policy.queue, job, held):
-                raise Superseded
+            hooks.claim(job, instance)
         except (AtLimit, SkipDelivery, InvalidQueueArgumentError, UnknownLockDatabaseError):
-            if slot is not None and self.slots is not None:
-                self.slots.give_back(slot)
             # A key callable that failed (InvalidQueueArgumentError) and a lock in a database the worker's
             # settings do not give the connection (UnknownLockDatabaseError) are the job's own failures.
             raise
         except Exception as exc:
-            if slot is not None and self.slots is not None:
-                self.slots.give_back(slot)
             raise AtLimit(
                 STORE_FAILURE_DELAY,
                 f"the store of its concurrency slots or unique lock failed ({type(exc).__name__}: {exc})",
                 unexpected=True,
             ) from exc
-        return slot
-
-    def _slot_keeper(self) -> SlotKeeper:
-        """The worker's SlotKeeper, built on the first delivery of a class with a concurrency limit."""
-        keeper = self.slots
-        if keeper is None:
-            with self._abandoned_lock:
-                keeper = self.slots
-                if keeper is None:  # pragma: no branch - else another pool thread built it since the look above
-                    keeper = self.slots = SlotKeeper(self.policy.queue)
-        return keeper
 
     def _needs_watchdog(self, instance: Any, seconds: float | None) -> bool:
         """A sync job with a time limit, off the main thread: SIGALRM cannot reach it."""

@@ -7,7 +7,10 @@ hooks builds the chain's. Every method is on the delivery's path, so
 each must answer from memory for a job that is none of its business (a set lookup, a metadata key).
 
 The calls, in a delivery's order: ``active()`` filters the queues a reservation pops; ``admit()``
-decides, before the attempt, whether it runs (raising SkipDelivery or AtLimit when not);
+decides, before the attempt, whether it runs (raising SkipDelivery or AtLimit when not); ``claim()``, the
+job rebuilt, takes what the attempt needs (a concurrency slot, a unique job's start) and ``unclaim()`` gives
+it back once the attempt is over, before its settlement; ``skipped()`` runs before the ack of a delivery
+acked unrun;
 ``succeeding()`` / ``failing()`` run just before the ack of a success / the fail() of a final failure
 (an error there propagates and nothing is settled, as a failed-job record's); ``ended()`` after the
 attempt, whatever it became, on every path (by the watchdog that settled a timed-out attempt, too).
@@ -28,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Final
 from kinetis_queue.outcomes import SkipDelivery as SkipDelivery  # re-exported: its home is outcomes
 
 if TYPE_CHECKING:
-    from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
+    from kinetis_queue.contracts import Queue, QueuedJob
+    from kinetis_queue.job import Job
     from kinetis_queue.outcomes import JobReport
 
 
@@ -56,6 +60,17 @@ class DeliveryHooks:
 
     def admit(self, job: QueuedJob) -> None:
         """Before the attempt: raise SkipDelivery (or limits.AtLimit) when it must not run now."""
+
+    def claim(self, job: QueuedJob, instance: Job) -> None:
+        """After admit(), the job rebuilt: take what its attempt needs; raise AtLimit or SkipDelivery when it must
+        not run now. Each hook whose claim() returned gets its unclaim() once the attempt is over (at once
+        when a later hook's claim() raised)."""
+
+    def unclaim(self, job: QueuedJob) -> None:
+        """The attempt is over (or did not start), before its settlement: give back what claim() took."""
+
+    def skipped(self, job: QueuedJob, skipped: SkipDelivery) -> None:
+        """Just before the ack of a delivery that is skipped, unrun (cancelled, superseded, its model gone)."""
 
     def cancelled(self, job: QueuedJob) -> bool:
         """Whether the job was cancelled (JobContext.cancelled)."""
@@ -130,6 +145,9 @@ class HookChain(DeliveryHooks):
         self._stop = overriding("stop")
         self._active = overriding("active")
         self._admit = overriding("admit")
+        #: The hooks that claim (their unclaim() follows each claim() that returned).
+        self._claiming = tuple(hook for hook in self.hooks if type(hook).claim is not DeliveryHooks.claim)
+        self._skipped = overriding("skipped")
         self._cancelled = overriding("cancelled")
         self._started = overriding("started")
         self._succeeding = overriding("succeeding")
@@ -153,6 +171,33 @@ class HookChain(DeliveryHooks):
     def admit(self, job: QueuedJob) -> None:
         for admit in self._admit:
             admit(job)
+
+    def claim(self, job: QueuedJob, instance: Job) -> None:
+        done = 0
+        try:
+            for hook in self._claiming:
+                hook.claim(job, instance)
+                done += 1
+        except BaseException:
+            for hook in reversed(self._claiming[:done]):
+                self._unclaim(hook, job)
+            raise
+
+    def unclaim(self, job: QueuedJob) -> None:
+        for hook in reversed(self._claiming):
+            self._unclaim(hook, job)
+
+    def _unclaim(self, hook: DeliveryHooks, job: QueuedJob) -> None:
+        """One hook's unclaim(): what it raises is logged (once) and contained, as what it gives back frees
+        itself (a slot's lease ends) and the delivery must still be settled."""
+        try:
+            hook.unclaim(job)
+        except Exception as exc:
+            self.observers.failed(hook.unclaim, exc)
+
+    def skipped(self, job: QueuedJob, skipped: SkipDelivery) -> None:
+        for each in self._skipped:
+            each(job, skipped)
 
     def cancelled(self, job: QueuedJob) -> bool:
         return any(cancelled(job) for cancelled in self._cancelled)
@@ -185,11 +230,3 @@ class HookChain(DeliveryHooks):
                 reported(job, report)
             except Exception as exc:
                 self.observers.failed(reported, exc)
-
-
-#: Push-side providers and observers (metrics, tracing), set by kinetis_queue.observability.setup when enabled
-#: and read by its ObservabilityMiddleware; empty by default, so a push pays one emptiness test. A provider
-#: returns metadata a push carries (the trace context, the correlation id), given the connection's queue, the
-#: queue name and the job's class; an observer sees each push once stored.
-METADATA_PROVIDERS: list[Callable[[Queue, str, str], dict[str, Any]]] = []
-PUSH_OBSERVERS: list[Callable[[Queue, Sequence[PreparedPush]], None]] = []

@@ -31,11 +31,13 @@ if TYPE_CHECKING:
     from kinetis_queue.job import Job
 
 #: The built-in features, in the order they are asked: a paused queue or a cancelled job is decided first, then
-#: a workflow's step; on the push side the unique jobs' lock comes before the observers, which come before the
-#: outbox (a push the outbox captures is observed when it is captured, as one stored directly).
+#: a workflow's step, then a concurrency slot is taken before a unique job's start; on the push side the unique
+#: jobs' lock comes before the observers, which come before the outbox (a push the outbox captures is observed
+#: when it is captured, as one stored directly).
 DEFAULT_MIDDLEWARE: Final = (
     "kinetis_queue.control.hooks.ControlMiddleware",
     "kinetis_queue.workflows.hooks.WorkflowMiddleware",
+    "kinetis_queue.limits.keeper.LimitsMiddleware",
     "kinetis_queue.unique.UniqueMiddleware",
     "kinetis_queue.observability.setup.ObservabilityMiddleware",
     "kinetis_queue.outbox.OutboxMiddleware",
@@ -44,7 +46,11 @@ DEFAULT_MIDDLEWARE: Final = (
 #: The built-in middleware that use no model of the app: the chain of a process without the kinetis_queue app in
 #: INSTALLED_APPS (or before its models are loaded), so that a unique job there says what it needs instead of
 #: being pushed as a plain one.
-WITHOUT_THE_APP: Final = ("kinetis_queue.unique.UniqueMiddleware", "kinetis_queue.outbox.OutboxMiddleware")
+WITHOUT_THE_APP: Final = (
+    "kinetis_queue.limits.keeper.LimitsMiddleware",
+    "kinetis_queue.unique.UniqueMiddleware",
+    "kinetis_queue.outbox.OutboxMiddleware",
+)
 
 #: What ``send()`` hands the rest of the chain: it stores the prepared pushes and returns their ids, in order.
 Store = Callable[[Sequence["PreparedPush"]], list[str]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
 
 
 class ExitReason(StrEnum):
@@ -62,6 +63,11 @@ class JobReport:
     delay: float | None = None
     #: What operators see the job as: the task or receiver it carries, else ``job_class``.
     name: str = ""
+
+
+#: Seconds a delivery waits before it is tried again when a store its admission needs (a concurrency slot's, a
+#: unique lock's) failed before its attempt (AtLimit, unexpected).
+STORE_FAILURE_DELAY: Final = 5.0
 
 
 class SkipDelivery(Exception):  # a marker, not an error

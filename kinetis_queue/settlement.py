@@ -15,16 +15,15 @@ from typing import Any, Final, Protocol
 from kinetis_queue import crashpoints, signals
 from kinetis_queue.contracts import JobSettlement, PreparedPush, Queue, QueuedJob
 from kinetis_queue.envelope import Envelope
-from kinetis_queue.exceptions import StaleJobHandleError, UnknownLockDatabaseError
+from kinetis_queue.exceptions import StaleJobHandleError
 from kinetis_queue.failed import MAX_RECORDED_TEXT, FailedJobRecorder, exception_text, storable
 from kinetis_queue.heartbeat import RenewalReport
 from kinetis_queue.hooks import DeliveryHooks
 from kinetis_queue.job import Snooze
 from kinetis_queue.outcomes import AtLimit, JobOutcome, SkipDelivery
 from kinetis_queue.redaction import display_json, for_observers, scrub_for
-from kinetis_queue.unique import HeldLock, LockStore, Until, held_lock, store_of
 from kinetis_queue.validation import MAX_RETRY_DELAY
-from kinetis_queue.values import PERMANENT_ERRORS, MissingModelSkipped
+from kinetis_queue.values import PERMANENT_ERRORS
 from kinetis_queue.worker_log import attempt_of, contained, describe, job_name, logger
 
 #: The doubling stops here so a high attempt count cannot overflow.
@@ -120,45 +119,14 @@ class Settler:
             _log_renewal_failures(job, report)
 
     def before_success(self, job: QueuedJob) -> None:
-        """Before the ack of a success: the hooks' (a workflow advances), then the unique key is freed."""
+        """Before the ack of a success: the hooks' (a workflow advances, a unique job's key is freed); an error
+        there propagates and nothing is settled, as a failed-job record's."""
         self.policy.hooks.succeeding(job)
-        self.release_key(job)
-
-    def release_key(self, job: QueuedJob) -> None:
-        """Free a unique job's key before its ack or final failure (scope "settled"; kinetis_queue.unique).
-
-        Before, not after: a crash in between leaves a duplicate possible, never a key held by a
-        finished job. An error of the lock store propagates and nothing is settled, as a record() error.
-        """
-        held = held_lock(job)
-        if held is not None and held.until is Until.SETTLED:
-            queue = self.policy.queue
-            store = _releasing_store(queue, held)
-            if store is not None:
-                store.settled(queue, job, held)
-
-    def free_key(self, job: QueuedJob) -> None:
-        """Free a unique job's key, scope "started" or "settled", for a delivery acked without starting.
-
-        As release_key(), an error of the lock store propagates and nothing is settled.
-        """
-        held = held_lock(job)
-        if held is None or held.until is Until.EXPIRED:
-            return
-        queue = self.policy.queue
-        store = _releasing_store(queue, held)
-        if store is None:
-            return
-        if held.until is Until.STARTED:
-            store.started(queue, job, held)
-        else:
-            store.settled(queue, job, held)
 
     def skip(self, job: QueuedJob, skipped: SkipDelivery, report: RenewalReport | None) -> JobOutcome:
         """Ack a delivery that must not run (cancelled, superseded, done already), without running it."""
         try:
-            if isinstance(skipped, MissingModelSkipped):
-                self.free_key(job)  # it never started, and now never will (a cancellation frees its own)
+            self.policy.hooks.skipped(job, skipped)  # its model gone: it never started, its unique key is freed
             try:
                 self.policy.queue.ack(job)
             except StaleJobHandleError as stale:
@@ -232,8 +200,7 @@ class Settler:
         recorder = self.policy.recorder
         failed_job_id = recorder.record(job, error, self.policy.connection) if recorder is not None else None
         crashpoints.reach("after_record")
-        self.policy.hooks.failing(job)
-        self.release_key(job)
+        self.policy.hooks.failing(job)  # a workflow's failure, a unique job's key freed
         return self.settle(job, JobSettlement.FAIL, error, report, failed_job_id=failed_job_id), None
 
     def settle(
@@ -359,13 +326,3 @@ def scrubbed_message(job: QueuedJob, error: BaseException) -> str:
     failed-job record stores it (a lone surrogate would break a UTF-8 log stream). A job's __str__ that
     raises is exception_text()'s to handle; the stored arguments are plain JSON values, whose scrubbing cannot raise."""
     return storable(scrub_for(job.job_class, job.args, exception_text(error)), MAX_RECORDED_TEXT, lines=True)
-
-
-def _releasing_store(queue: Queue, held: HeldLock) -> LockStore | None:
-    """The store to free ``held`` in, or None when its lock names a database the worker's settings do not give
-    the connection: nothing here can free it (it frees itself at ``unique_for``), and the settlement goes on,
-    so a job that ran is never run again for a lock it cannot free (its start fails such a job first)."""
-    try:
-        return store_of(queue, held)
-    except UnknownLockDatabaseError:
-        return None

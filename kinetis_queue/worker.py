@@ -182,16 +182,14 @@ class Worker:
         return reason
 
     def close(self) -> None:
-        """End every thread the worker started (the hooks' background refresh, the heartbeat, the
-        concurrency slots'); call it when done with the worker, after run() or the last process_next()
+        """End every thread the worker started (the hooks' background refreshes and the concurrency slots'
+        renewals, the heartbeat); call it when done with the worker, after run() or the last process_next()
         (or use the worker as a context manager). Calling it again does nothing more."""
         if self._hooks_started:
             self._hooks_started = False
             self.hooks.stop()
         if self._heartbeat is not None:
             self._heartbeat.close()
-        if self._runner.slots is not None:
-            self._runner.slots.close()
 
     def __enter__(self) -> Self:
         return self

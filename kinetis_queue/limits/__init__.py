@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from kinetis_queue.exceptions import InvalidQueueArgumentError
 from kinetis_queue.job import Job, job_class_path
+from kinetis_queue.outcomes import STORE_FAILURE_DELAY as STORE_FAILURE_DELAY  # re-exported: its home is outcomes
 from kinetis_queue.outcomes import AtLimit as AtLimit  # re-exported: its home is outcomes
 from kinetis_queue.validation import MAX_RETRY_DELAY
 
@@ -32,8 +33,6 @@ MAX_SLOTS: Final = 1000
 DEFAULT_DELAY: Final = 1.0
 #: A slot's lease on a backend without a visibility timeout (RabbitMQ), in seconds.
 DEFAULT_LEASE: Final = 60
-#: Seconds a delivery waits before it is tried again when the slot or lock store failed before its attempt.
-STORE_FAILURE_DELAY: Final = 5.0
 #: The longest key a job may give (characters): it is hashed, never stored as written.
 MAX_KEY_LENGTH: Final = 1000
 

@@ -16,9 +16,11 @@ import uuid
 
 from django.db import connections
 
-from kinetis_queue.contracts import Queue
+from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.job import Job
 from kinetis_queue.limits import ConcurrencyLimit, Slot, slot_key
+from kinetis_queue.middleware import Middleware
+from kinetis_queue.outcomes import AtLimit
 
 logger = logging.getLogger("kinetis_queue.worker")
 
@@ -92,3 +94,49 @@ class SlotKeeper:
             if time.monotonic() - started > self.lease / 3:
                 logger.warning("Renewing %d concurrency slots takes longer than a third of their lease", len(held))
                 return
+
+
+class LimitsMiddleware(Middleware):
+    """Concurrency limits around a worker's deliveries (kinetis_queue.middleware): ``claim()`` takes one of the
+    job's key's slots (AtLimit at the limit), ``unclaim()`` gives it back once the attempt is over. The worker's
+    SlotKeeper is built on the first delivery of a limited class, so a worker without one starts no thread."""
+
+    def __init__(self) -> None:
+        self.queue: Queue | None = None
+        self.keeper: SlotKeeper | None = None
+        self._lock = threading.Lock()
+        #: The slot each running delivery holds, by id() of its QueuedJob (each pool thread touches its own).
+        self._held: dict[int, Slot] = {}
+
+    def start(self, queue: Queue) -> None:
+        self.queue = queue
+
+    def stop(self) -> None:
+        keeper, self.keeper = self.keeper, None
+        if keeper is not None:
+            keeper.close()
+
+    def claim(self, job: QueuedJob, instance: Job) -> None:
+        limit = instance.concurrency_limit_for()
+        if limit is None:
+            return
+        slot = self._keeper().take(instance, limit)
+        if slot is None:
+            raise AtLimit(limit.delay, f"its concurrency key is at its limit of {limit.max}")
+        self._held[id(job)] = slot
+
+    def unclaim(self, job: QueuedJob) -> None:
+        slot = self._held.pop(id(job), None)
+        if slot is not None and self.keeper is not None:
+            self.keeper.give_back(slot)
+
+    def _keeper(self) -> SlotKeeper:
+        keeper = self.keeper
+        if keeper is None:
+            with self._lock:
+                keeper = self.keeper
+                if keeper is None:  # pragma: no branch - else another pool thread built it since the look above
+                    if self.queue is None:
+                        raise RuntimeError("LimitsMiddleware.claim() before start(): the worker starts its hooks first")
+                    keeper = self.keeper = SlotKeeper(self.queue)
+        return keeper

@@ -5,7 +5,7 @@ whenever the setting changes: the push-side providers and observers, and the hoo
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kinetis_queue import conf, hooks
@@ -14,6 +14,12 @@ from kinetis_queue.middleware import Middleware, PushDraft, Store
 
 if TYPE_CHECKING:
     from kinetis_queue.contracts import PreparedPush, Queue
+
+#: The push side's providers and observers, set by ``configure()`` and read by ObservabilityMiddleware; the providers'
+#: data goes into each push's metadata (the trace context, the correlation id), given the connection's queue, the
+#: queue name and the job's class; each observer sees each push once stored (the metrics' and history's counts).
+METADATA_PROVIDERS: list[Callable[[Queue, str, str], dict[str, Any]]] = []
+PUSH_OBSERVERS: list[Callable[[Queue, Sequence[PreparedPush]], None]] = []
 
 #: Each switch's module and the pip extra it needs.
 NEEDS = {"METRICS": ("prometheus_client", "metrics"), "TRACING": ("opentelemetry", "otel")}
@@ -64,8 +70,8 @@ def configure() -> None:
         from kinetis_queue.observability import tracing as tracing_module
 
         providers.append(tracing_module.push_metadata)
-    hooks.METADATA_PROVIDERS[:] = providers
-    hooks.PUSH_OBSERVERS[:] = observers
+    METADATA_PROVIDERS[:] = providers
+    PUSH_OBSERVERS[:] = observers
 
 
 def worker_hooks() -> list[hooks.DeliveryHooks]:
@@ -111,7 +117,7 @@ class ObservabilityMiddleware(hooks.HookChain, Middleware):
         super().__init__(worker_hooks())
 
     def prepare(self, draft: PushDraft) -> None:
-        providers = hooks.METADATA_PROVIDERS
+        providers = METADATA_PROVIDERS
         if providers:
             metadata = draft.metadata
             for provider in providers:
@@ -119,7 +125,7 @@ class ObservabilityMiddleware(hooks.HookChain, Middleware):
 
     def send(self, queue: Queue, prepared: Sequence[PreparedPush], store: Store) -> list[str]:
         ids = store(prepared)
-        for observer in hooks.PUSH_OBSERVERS:
+        for observer in PUSH_OBSERVERS:
             try:
                 observer(queue, prepared)
             except Exception:  # noqa: S110 - observers never decide (contract)

@@ -32,6 +32,7 @@ from kinetis_queue.exceptions import InvalidQueueArgumentError, UnknownLockDatab
 from kinetis_queue.job import Job, job_class_path
 from kinetis_queue.middleware import Middleware, PushDraft, Store
 from kinetis_queue.outcomes import SkipDelivery
+from kinetis_queue.values import MissingModelSkipped
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -119,10 +120,14 @@ def held_lock(job: QueuedJob) -> HeldLock | None:
 
 
 class UniqueMiddleware(Middleware):
-    """Unique jobs on the push side: the lock of a push is made when it is prepared (its options checked, its
-    key hashed), and a push holding one is sent through the connection's lock store."""
+    """Unique jobs in the chain. On the push side the lock of a push is made when it is prepared (its options
+    checked, its key hashed), and a push holding one is sent through the connection's lock store; around a
+    worker's deliveries the key is freed when the job starts or settles, as its scope says."""
 
     options = frozenset({"unique_key", "unique_for", "unique_until", "debounce", "on_duplicate"})
+
+    #: The worker's queue (set by ``start()``): its connection's lock store frees the keys.
+    queue: Queue
 
     def prepare(self, draft: PushDraft) -> None:
         options = draft.options
@@ -143,6 +148,51 @@ class UniqueMiddleware(Middleware):
         )
         draft.metadata[METADATA_KEY] = lock.metadata()
         draft.notes[METADATA_KEY] = lock
+
+    # -- around a worker's deliveries: the key's start and its release ------------------------------------------
+
+    def start(self, queue: Queue) -> None:
+        self.queue = queue
+
+    def claim(self, job: QueuedJob, instance: Job) -> None:
+        """A unique job's start: scope "started" frees its key; a delivery a debounced push superseded is skipped."""
+        held = held_lock(job)
+        if held is not None and not store_of(self.queue, held).started(self.queue, job, held):
+            raise Superseded
+
+    def succeeding(self, job: QueuedJob) -> None:
+        self._release(job)
+
+    def failing(self, job: QueuedJob) -> None:
+        self._release(job)
+
+    def skipped(self, job: QueuedJob, skipped: SkipDelivery) -> None:
+        """A delivery skipped because a model it names is gone never started and never will: its key is freed,
+        scope "started" or "settled" (a cancellation frees its own; a superseded one is not the holder)."""
+        if not isinstance(skipped, MissingModelSkipped):
+            return
+        held = held_lock(job)
+        if held is None or held.until is Until.EXPIRED:
+            return
+        store = _releasing_store(self.queue, held)
+        if store is None:
+            return
+        if held.until is Until.STARTED:
+            store.started(self.queue, job, held)
+        else:
+            store.settled(self.queue, job, held)
+
+    def _release(self, job: QueuedJob) -> None:
+        """Free a unique job's key before its ack or final failure (scope "settled").
+
+        Before, not after: a crash in between leaves a duplicate possible, never a key held by a finished job.
+        An error of the lock store propagates and nothing is settled, as a failed-job record's.
+        """
+        held = held_lock(job)
+        if held is not None and held.until is Until.SETTLED:
+            store = _releasing_store(self.queue, held)
+            if store is not None:
+                store.settled(self.queue, job, held)
 
     def send(self, queue: Queue, prepared: Sequence[PreparedPush], store: Store) -> list[str]:
         """The pushes without a lock go on together; then each unique one through the lock store, whose answer
@@ -352,3 +402,13 @@ def _flag(given: object, default: object, name: str) -> bool:
     if type(value) is not bool:
         raise InvalidQueueArgumentError(f"{name} must be True or False")
     return value
+
+
+def _releasing_store(queue: Queue, held: HeldLock) -> LockStore | None:
+    """The store to free ``held`` in, or None when its lock names a database the worker's settings do not give
+    the connection: nothing here can free it (it frees itself at ``unique_for``), and the settlement goes on,
+    so a job that ran is never run again for a lock it cannot free (its start fails such a job first)."""
+    try:
+        return store_of(queue, held)
+    except UnknownLockDatabaseError:
+        return None

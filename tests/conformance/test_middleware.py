@@ -53,3 +53,46 @@ def test_the_built_in_features_still_run_beside_it(connection: Queue, queue_name
     second = connection.push(jobs.Records("u"), queue=queue_name, unique_key="same", unique_for=60)
     assert second == first
     assert connection.size(queue_name) == 1
+
+
+LIFECYCLE = "tests.counting_middleware.Lifecycle"
+
+#: Each path's calls, in order, as Lifecycle records them for a job labelled ``label``: the attempt's admit() and
+#: claim(), its start, unclaim() before the settlement's own hooks, the report, and ended() last, once.
+PATHS = {
+    "succeeded": (
+        "ok",
+        jobs.Records,
+        None,
+        ["admit", "claim", "started", "unclaim", "succeeding", "reported succeeded", "ended"],
+    ),
+    "released": ("again", jobs.Fails, 2, ["admit", "claim", "started", "unclaim", "reported released", "ended"]),
+    "failed": ("done", jobs.Fails, 1, ["admit", "claim", "started", "unclaim", "failing", "reported failed", "ended"]),
+    "skipped": ("skip", jobs.Records, None, ["admit", "skipped", "reported skipped", "ended"]),
+    "deferred": ("defer", jobs.Records, None, ["admit", "claim", "reported deferred", "ended"]),
+}
+
+
+@pytest.mark.logs_errors("kinetis_queue.worker")  # the final failure's log line
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_each_delivery_path_calls_each_hook_once_in_order(
+    connection: Queue, queue_name: str, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    label, job_class, max_attempts, expected = PATHS[path]
+    monkeypatch.setitem(settings.KINETIS_QUEUE, "MIDDLEWARE", [*DEFAULT_MIDDLEWARE, LIFECYCLE])
+    middleware.forget()
+    counting_middleware.reset()
+    try:
+        connection.push(job_class(label), queue=queue_name, max_attempts=max_attempts)
+        worker = Worker(connection, recorder=None)
+        try:
+            assert worker.process_next(5, [queue_name]) is True
+        finally:
+            worker.close()
+    finally:
+        monkeypatch.undo()
+        middleware.forget()
+        if hasattr(connection, "clear"):  # the released and the deferred job wait (else under this test's own name)
+            connection.clear(queue_name)
+    assert [" ".join(event[:1] + event[2:]) for event in counting_middleware.EVENTS] == expected
+    assert {event[1] for event in counting_middleware.EVENTS} == {label}

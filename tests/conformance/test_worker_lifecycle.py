@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from kinetis_queue import hooks
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.control.hooks import view_of
 from kinetis_queue.hooks import DeliveryHooks, HookChain
@@ -149,7 +148,7 @@ def test_a_malformed_trace_carrier_neither_fails_the_job_nor_logs_an_error(
     def malformed(queue: Queue, queue_name: str, job_class: str) -> dict[str, Any]:
         return {TRACE_KEY: {"traceparent": 12, "baggage": 5}}
 
-    monkeypatch.setattr(hooks, "METADATA_PROVIDERS", [*hooks.METADATA_PROVIDERS, malformed])
+    monkeypatch.setattr(setup, "METADATA_PROVIDERS", [*setup.METADATA_PROVIDERS, malformed])
     connection.push(jobs.Records("carried"), queue=queue_name, max_attempts=1)
     worker = Worker(connection)
     try:
@@ -229,7 +228,7 @@ def test_the_thread_of_a_timed_out_job_runs_its_next_job_without_what_the_first_
             return {TIMEOUT_KEY: 1, correlation.METADATA_KEY: "corr-a"}
         return {}
 
-    monkeypatch.setattr(hooks, "METADATA_PROVIDERS", [timed])
+    monkeypatch.setattr(setup, "METADATA_PROVIDERS", [timed])
     connection.push(cj.WaitsForRelease("a"), queue=queue_name, max_attempts=1)
     connection.push(cj.HoldsUntil("c"), queue=queue_name)
 

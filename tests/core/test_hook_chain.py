@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from kinetis_queue.contracts import QueuedJob
 from kinetis_queue.hooks import DeliveryHooks, HookChain
-from kinetis_queue.outcomes import JobOutcome, JobReport
+from kinetis_queue.outcomes import AtLimit, JobOutcome, JobReport
 
 JOB = QueuedJob("j1", "q", "tests.jobs.Records", {}, 1, None, datetime.now(UTC))
 REPORT = JobReport("tests.jobs.Records", "q", "j1", 1, JobOutcome.SUCCEEDED, 0.1)
@@ -82,3 +84,37 @@ def test_a_hook_overriding_nothing_costs_no_call() -> None:
     assert chain.cancelled(JOB) is False
     chain.reported(JOB, REPORT)
     chain.stop()
+
+
+class Claims(DeliveryHooks):
+    """Claims (or refuses to, with ``refuse``) and records its claim() and unclaim() calls."""
+
+    def __init__(self, name: str, seen: list[str], *, refuse: bool = False, unclaim_fails: bool = False) -> None:
+        self.name, self.seen, self.refuse, self.unclaim_fails = name, seen, refuse, unclaim_fails
+
+    def claim(self, job: QueuedJob, instance: object) -> None:
+        self.seen.append(f"{self.name}.claim")
+        if self.refuse:
+            raise AtLimit(1.0, "at its limit")
+
+    def unclaim(self, job: QueuedJob) -> None:
+        self.seen.append(f"{self.name}.unclaim")
+        if self.unclaim_fails:
+            raise OSError("the store is away")
+
+
+@pytest.mark.logs_errors("kinetis_queue.worker")  # b's unclaim() error, logged once
+def test_unclaim_gives_back_in_reverse_order_every_claim_that_returned() -> None:
+    seen: list[str] = []
+    chain = HookChain([Claims("a", seen), Silent(), Claims("b", seen, unclaim_fails=True), Claims("c", seen)])
+    chain.claim(JOB, object())
+    chain.unclaim(JOB)  # b's failure is contained: c and a still give back theirs
+    assert seen == ["a.claim", "b.claim", "c.claim", "c.unclaim", "b.unclaim", "a.unclaim"]
+
+
+def test_a_refused_claim_gives_back_the_claims_before_it_at_once_and_propagates() -> None:
+    seen: list[str] = []
+    chain = HookChain([Claims("a", seen), Claims("b", seen, refuse=True), Claims("c", seen)])
+    with pytest.raises(AtLimit):
+        chain.claim(JOB, object())
+    assert seen == ["a.claim", "b.claim", "a.unclaim"]

@@ -382,11 +382,11 @@ def test_a_rabbitmq_job_whose_headers_do_not_fit_in_a_frame_becomes_a_failed_job
     frame_max (501): a job whose metadata (here from a metadata provider) cannot fit is refused for good before
     it is sent, and the rows beside it are relayed once, on the same connection. Before the fix the connection
     was closed every round, the row kept and its batch sent again."""
-    from kinetis_queue import hooks
+    from kinetis_queue.observability import setup
 
     queue, database, _ = built
     monkeypatch.setattr(
-        hooks,
+        setup,
         "METADATA_PROVIDERS",
         [lambda _queue, _name, job_class: {"trace": "y" * 200_000} if job_class == "tests.jobs.Noop" else {}],
     )
