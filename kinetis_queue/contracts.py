@@ -27,7 +27,6 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from kinetis_queue import limits, unique
 from kinetis_queue.envelope import Envelope, new_envelope
 from kinetis_queue.exceptions import (
     InvalidQueueArgumentError,
@@ -37,12 +36,10 @@ from kinetis_queue.exceptions import (
     UnserializableJobError,
 )
 from kinetis_queue.job import Job
-from kinetis_queue.limits import SlotStore
 from kinetis_queue.middleware import PushDraft, push_chain
 from kinetis_queue.priority import DEFAULT_PRIORITY, priority_of, validate_priority, with_priority
 from kinetis_queue.registry import ensure_runnable
 from kinetis_queue.serializer import serialize_job
-from kinetis_queue.unique import LockStore
 from kinetis_queue.validation import (
     validate_delay,
     validate_job_id,
@@ -508,37 +505,6 @@ class Queue(ABC):
         """
         ids = list(dict.fromkeys(validate_job_id(job_id) for job_id in job_ids))
         return self._withdraw_many(ids) if ids else {}
-
-    def lock_store(self) -> LockStore:
-        """Where this connection's unique locks live (kinetis_queue.unique): the backend's own store,
-        else the Django database's, which the kinetis_queue app provides."""
-        return self.database_lock_store(None)
-
-    def database_lock_store(self, database: str | None) -> LockStore:
-        """The lock store in a Django database (None: the one the router names), which the app provides:
-        the store of backends without one of their own, and of every push made through an outbox."""
-        if unique.DEFAULT_STORE is None:
-            raise InvalidQueueArgumentError(
-                f"unique jobs on the {self.backend_name} backend keep their locks in the Django database: "
-                "add 'kinetis_queue' to INSTALLED_APPS"
-            )
-        return unique.DEFAULT_STORE(database)
-
-    def slot_store(self) -> SlotStore:
-        """Where this connection's concurrency slots live (kinetis_queue.limits): the backend's own store,
-        else rows in a Django database (``jobs_database()``, or the default one) that the app provides."""
-        if limits.DEFAULT_STORE is None:
-            raise InvalidQueueArgumentError(
-                f"concurrency limits on the {self.backend_name} backend keep their slots in the Django database: "
-                "add 'kinetis_queue' to INSTALLED_APPS"
-            )
-        return limits.DEFAULT_STORE(self)
-
-    def slot_lease(self) -> float:
-        """Seconds a concurrency slot is leased for before it must be renewed (kinetis_queue.limits): the
-        visibility timeout of a RenewableQueue (a crashed worker's slot frees with its deliveries'
-        leases), else ``limits.DEFAULT_LEASE``; a backend may say otherwise."""
-        return float(self.visibility_timeout()) if isinstance(self, RenewableQueue) else float(limits.DEFAULT_LEASE)
 
     def jobs_database(self) -> str | None:
         """The Django database alias this backend keeps its jobs in (the SQL backend's), else None."""

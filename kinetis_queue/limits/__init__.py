@@ -128,3 +128,44 @@ class SlotStore(ABC):
 #: The SlotStore of backends without one of their own, given the queue: the Django database's (the
 #: connection's own database for the SQL backend), set by the app's ready().
 DEFAULT_STORE: Callable[[Queue], SlotStore] | None = None
+
+
+class OwnSlotStore(ABC):
+    """The capability of a backend that keeps concurrency slots in a store of its own (the Redis backend);
+    every other backend's are rows in a Django database (``DEFAULT_STORE``)."""
+
+    @abstractmethod
+    def slot_store(self) -> SlotStore:
+        """This connection's slot store."""
+
+
+class OwnSlotLease(ABC):
+    """The capability of a backend that says how long a slot is leased for itself (RabbitMQ: no visibility
+    timeout for a slot to follow)."""
+
+    @abstractmethod
+    def slot_lease(self) -> float:
+        """Seconds a slot is leased for before it must be renewed."""
+
+
+def slot_store_of(queue: Queue) -> SlotStore:
+    """Where ``queue``'s concurrency slots live: the backend's own store, else rows in a Django database
+    (``jobs_database()``, or the default one) that the app provides."""
+    if isinstance(queue, OwnSlotStore):
+        return queue.slot_store()
+    if DEFAULT_STORE is None:
+        raise InvalidQueueArgumentError(
+            f"concurrency limits on the {queue.backend_name} backend keep their slots in the Django database: "
+            "add 'kinetis_queue' to INSTALLED_APPS"
+        )
+    return DEFAULT_STORE(queue)
+
+
+def slot_lease_of(queue: Queue) -> float:
+    """Seconds a slot of ``queue`` is leased for before it must be renewed: the backend's own figure, else the
+    visibility timeout of a RenewableQueue (a crashed worker's slot frees with its deliveries' leases), else
+    DEFAULT_LEASE."""
+    if isinstance(queue, OwnSlotLease):
+        return queue.slot_lease()
+    timeout = getattr(queue, "visibility_timeout", None)
+    return float(timeout()) if callable(timeout) else float(DEFAULT_LEASE)

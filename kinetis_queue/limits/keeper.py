@@ -1,7 +1,7 @@
 """The worker's side of concurrency limits: take a delivery's slot, keep it renewed, give it back.
 
 One ``SlotKeeper`` per worker, built on the first delivery of a limited class (no thread otherwise).
-A slot is leased for ``Queue.slot_lease()`` (the connection's visibility timeout, RabbitMQ's SLOT_LEASE)
+A slot is leased for ``slot_lease_of(queue)`` (the connection's visibility timeout, RabbitMQ's SLOT_LEASE)
 and renewed every third of it from one thread for every slot held; a crashed worker's
 slots are free once their leases end. A failed renewal or release is logged and otherwise left to
 the lease: the slot frees itself when its lease ends.
@@ -18,7 +18,7 @@ from django.db import connections
 
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.job import Job
-from kinetis_queue.limits import ConcurrencyLimit, Slot, slot_key
+from kinetis_queue.limits import ConcurrencyLimit, Slot, slot_key, slot_lease_of, slot_store_of
 from kinetis_queue.middleware import Middleware
 from kinetis_queue.outcomes import AtLimit
 
@@ -30,8 +30,8 @@ class SlotKeeper:
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
-        self.store = queue.slot_store()
-        self.lease = queue.slot_lease()
+        self.store = slot_store_of(queue)
+        self.lease = slot_lease_of(queue)
         self._cond = threading.Condition()
         self._held: dict[str, Slot] = {}
         self._closed = False

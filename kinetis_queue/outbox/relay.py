@@ -42,7 +42,7 @@ from kinetis_queue.envelope import decode_envelope
 from kinetis_queue.exceptions import MalformedQueuedJobDataError, OutboxRefusedError
 from kinetis_queue.failed import ModelRecorder, exception_class_path, exception_text
 from kinetis_queue.outbox.database import OUTBOX_TABLE, channel
-from kinetis_queue.unique import Until, held_lock
+from kinetis_queue.unique import Until, database_lock_store, held_lock
 
 logger = logging.getLogger("kinetis_queue.outbox")
 
@@ -310,7 +310,7 @@ class Relay:
             held = held_lock(job)
             if held is None or held.until is Until.EXPIRED:
                 continue
-            store = store or self.queue.database_lock_store(self.database)
+            store = store or database_lock_store(self.queue, self.database)
             try:
                 if held.until is Until.STARTED:
                     store.started(self.queue, job, held)

@@ -218,13 +218,38 @@ def without_lock(prepared: PreparedPush) -> PreparedPush:
     return replace(prepared, notes=notes)
 
 
+class OwnLockStore(ABC):
+    """The capability of a backend that keeps unique locks in a store of its own (the SQL and Redis backends);
+    every other backend's live in the Django database (``database_lock_store()``)."""
+
+    @abstractmethod
+    def lock_store(self) -> LockStore:
+        """This connection's lock store."""
+
+
+def lock_store_of(queue: Queue) -> LockStore:
+    """Where ``queue``'s unique locks live: the backend's own store, else the Django database's."""
+    return queue.lock_store() if isinstance(queue, OwnLockStore) else database_lock_store(queue, None)
+
+
+def database_lock_store(queue: Queue, database: str | None) -> LockStore:
+    """The lock store in a Django database (None: the one the router names), which the app provides: the store
+    of backends without one of their own, and of every push made through an outbox."""
+    if DEFAULT_STORE is None:
+        raise InvalidQueueArgumentError(
+            f"unique jobs on the {queue.backend_name} backend keep their locks in the Django database: "
+            "add 'kinetis_queue' to INSTALLED_APPS"
+        )
+    return DEFAULT_STORE(database)
+
+
 def connection_store(queue: Queue) -> LockStore:
     """Where the worker's settings keep ``queue``'s unique locks: with an outbox (OUTBOX), the store in the
     outbox's database, so a push in a transaction takes its key in that transaction and a push outside one
     meets the same keys; else the backend's own store (or the Django database's, for backends without one).
     The push takes its key there (``Queue.send()``) and the worker frees it there (``store_of()``)."""
     outbox = queue.outbox
-    return queue.lock_store() if outbox is None else queue.database_lock_store(outbox.database)
+    return lock_store_of(queue) if outbox is None else database_lock_store(queue, outbox.database)
 
 
 def store_of(queue: Queue, lock: HeldLock) -> LockStore:

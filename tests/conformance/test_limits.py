@@ -12,7 +12,7 @@ import pytest
 from kinetis_queue import JobContext, limit_concurrency
 from kinetis_queue.contracts import Queue, RenewableQueue
 from kinetis_queue.exceptions import StaleJobHandleError
-from kinetis_queue.limits import slot_key
+from kinetis_queue.limits import slot_key, slot_store_of
 from kinetis_queue.outcomes import JobOutcome, JobReport
 from kinetis_queue.worker import Worker
 from tests import jobs
@@ -88,7 +88,7 @@ def test_a_stale_unreserve_with_a_delay_writes_nothing(connection: Queue, queue_
 def test_slots_are_fenced_leases(connection: Queue) -> None:
     """Two slots of a key at a limit of two; a third waits; a holder whose lease ended loses its slot to the next
     taker, and its release then frees nothing."""
-    store = connection.slot_store()
+    store = slot_store_of(connection)
     key = slot_key(connection.connection, f"test-{uuid.uuid4().hex}")
     a = store.acquire(key, 2, "a" * 32, 60)
     b = store.acquire(key, 2, "b" * 32, 0.3)
@@ -111,7 +111,7 @@ def test_slots_are_fenced_leases(connection: Queue) -> None:
 def test_a_callable_key_limits_per_value(connection: Queue, queue_name: str) -> None:
     """PerCustomer allows two per customer: with two slots of customer 1 held elsewhere, customer 1 waits and
     customer 2 runs."""
-    store = connection.slot_store()
+    store = slot_store_of(connection)
     lease = float(connection.visibility_timeout()) if isinstance(connection, RenewableQueue) else 60.0
     key = slot_key(connection.connection, "tests.jobs.PerCustomer\0customer:1")
     held = [store.acquire(key, 2, uuid.uuid4().hex, lease * 30) for _ in range(2)]

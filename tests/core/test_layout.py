@@ -157,6 +157,35 @@ def test_the_contract_imports_only_the_contract(module: str) -> None:
     assert outside == []
 
 
+#: The features built on the contract (issue 29): each plugs into it as a middleware (kinetis_queue.middleware) and
+#: declares the capability it asks of a store, so the Queue's own module imports none of them.
+FEATURES = (
+    "kinetis_queue.unique",
+    "kinetis_queue.limits",
+    "kinetis_queue.outbox",
+    "kinetis_queue.control",
+    "kinetis_queue.workflows",
+    "kinetis_queue.observability",
+    "kinetis_queue.schedules",
+    "kinetis_queue.hooks",
+)
+#: What the Queue still names for type checking only: the outbox a connection is built with (``Queue.outbox``).
+QUEUE_TYPE_ONLY = {"kinetis_queue.outbox"}
+
+
+def test_the_queue_imports_no_feature() -> None:
+    """contracts.py knows no feature: unique jobs, limits, the outbox, control, workflows and observability reach
+    a push or a delivery through the middleware chain, and a store's part in them through a capability."""
+    found = [
+        str(a)
+        for a in ARROWS
+        if a.source == "kinetis_queue.contracts"
+        and any(within(a.target, feature) for feature in FEATURES)
+        and not (a.type_only and a.target in QUEUE_TYPE_ONLY)
+    ]
+    assert found == []
+
+
 @pytest.mark.parametrize("module", sorted(CONTRACT))
 def test_the_contract_never_imports_the_orm(module: str) -> None:
     """Only the models and the SQL backend (and the Django glue above the contract) talk to django.db."""

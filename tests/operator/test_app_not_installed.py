@@ -21,11 +21,12 @@ names = {name: getattr(base, name) for name in dir(base) if name.isupper()}
 names["INSTALLED_APPS"] = [app for app in base.INSTALLED_APPS if app != "kinetis_queue"]
 settings.configure(**names)
 django.setup()
+from kinetis_queue.limits import slot_store_of
 from kinetis_queue import connections
 from kinetis_queue.exceptions import InvalidQueueArgumentError
 from tests import jobs
 refusals = []
-attempts = (lambda: connections.build("sync").push(jobs.Unique("x")), lambda: connections.build("sqs").slot_store())
+attempts = (lambda: connections.build("sync").push(jobs.Unique("x")), lambda: slot_store_of(connections.build("sqs")))
 for attempt in attempts:
     try:
         attempt()

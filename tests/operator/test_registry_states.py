@@ -15,7 +15,7 @@ import pytest
 from kinetis_queue import status
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.control import pause, resume
-from kinetis_queue.limits import slot_key
+from kinetis_queue.limits import slot_key, slot_store_of
 from kinetis_queue.models import WorkerRecord
 from kinetis_queue.observability import registry
 from kinetis_queue.observability.registry import STALLED_AFTER, WorkerRegistry, database_clock, ready_jobs, workers
@@ -35,7 +35,7 @@ def held_limit(connection: Queue) -> Iterator[None]:
     """OneAtATimeSlowly's only slot, held by someone else for the test: its deliveries are deferred."""
     limit = operator_jobs.OneAtATimeSlowly.concurrency_limit
     assert limit is not None
-    store = connection.slot_store()
+    store = slot_store_of(connection)
     slot = store.acquire(
         slot_key(connection.connection, limit.key_of(operator_jobs.OneAtATimeSlowly())), 1, uuid.uuid4().hex, 600
     )

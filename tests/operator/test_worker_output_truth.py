@@ -19,7 +19,7 @@ from django.test import override_settings
 
 from kinetis_queue import queues
 from kinetis_queue.control import pause, resume
-from kinetis_queue.limits import slot_key
+from kinetis_queue.limits import slot_key, slot_store_of
 from tests import jobs, operator_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def held_limit() -> Iterator[None]:
     """OneAtATimeSlowly's only slot on the sqlite connection, held by someone else: its deliveries are deferred."""
     limit = operator_jobs.OneAtATimeSlowly.concurrency_limit
     assert limit is not None
-    store = queues["sqlite"].slot_store()
+    store = slot_store_of(queues["sqlite"])
     key = slot_key("sqlite", limit.key_of(operator_jobs.OneAtATimeSlowly()))
     slot = store.acquire(key, 1, uuid.uuid4().hex, 600)
     assert slot is not None

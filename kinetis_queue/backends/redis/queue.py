@@ -36,6 +36,8 @@ from kinetis_queue.exceptions import (
     OutcomeUnknownError,
     StaleJobHandleError,
 )
+from kinetis_queue.limits import OwnSlotStore
+from kinetis_queue.unique import OwnLockStore
 from kinetis_queue.validation import QUEUE_NAME
 
 logger = logging.getLogger("kinetis_queue.redis")
@@ -85,7 +87,7 @@ class PriorityKeys(NamedTuple):
     sequence: str
 
 
-class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue):
+class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue, OwnLockStore, OwnSlotStore):
     """Jobs in Redis: a pending list, a delayed and a leased sorted set per queue.
 
     Reservation: sweep.lua moves the pending tail into ``leased``, scored by Redis ``TIME`` plus

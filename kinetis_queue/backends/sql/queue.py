@@ -40,6 +40,7 @@ from kinetis_queue.envelope import (
     settle_if_malformed,
 )
 from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedJobSettledError, StaleJobHandleError
+from kinetis_queue.unique import OwnLockStore
 
 #: The jobs table (models.QueuedJobRecord), named in every statement below.
 JOBS_TABLE = "kinetis_queue_jobs"
@@ -150,7 +151,7 @@ class SqlHandle(NamedTuple):
     token: str
 
 
-class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue):
+class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue, OwnLockStore):
     """Jobs in the Django database (table kinetis_queue_jobs).
 
     Reservation: a claim under SKIP LOCKED (PostgreSQL, MySQL 8, MariaDB 10.6+) or a guarded
