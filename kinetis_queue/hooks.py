@@ -145,8 +145,13 @@ class HookChain(DeliveryHooks):
         self._stop = overriding("stop")
         self._active = overriding("active")
         self._admit = overriding("admit")
-        #: The hooks that claim (their unclaim() follows each claim() that returned).
-        self._claiming = tuple(hook for hook in self.hooks if type(hook).claim is not DeliveryHooks.claim)
+        #: The hooks that claim, each with whether it overrides unclaim() (the one called after its claim()).
+        self._claiming = tuple(
+            (hook, type(hook).unclaim is not DeliveryHooks.unclaim)
+            for hook in self.hooks
+            if type(hook).claim is not DeliveryHooks.claim
+        )
+        self._unclaiming = tuple(hook for hook, gives_back in reversed(self._claiming) if gives_back)
         self._skipped = overriding("skipped")
         self._cancelled = overriding("cancelled")
         self._started = overriding("started")
@@ -175,16 +180,17 @@ class HookChain(DeliveryHooks):
     def claim(self, job: QueuedJob, instance: Job) -> None:
         done = 0
         try:
-            for hook in self._claiming:
+            for hook, _ in self._claiming:
                 hook.claim(job, instance)
                 done += 1
         except BaseException:
-            for hook in reversed(self._claiming[:done]):
-                self._unclaim(hook, job)
+            for hook, gives_back in reversed(self._claiming[:done]):
+                if gives_back:
+                    self._unclaim(hook, job)
             raise
 
     def unclaim(self, job: QueuedJob) -> None:
-        for hook in reversed(self._claiming):
+        for hook in self._unclaiming:
             self._unclaim(hook, job)
 
     def _unclaim(self, hook: DeliveryHooks, job: QueuedJob) -> None:

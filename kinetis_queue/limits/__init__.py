@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from kinetis_queue.contracts import RenewableQueue
 from kinetis_queue.exceptions import InvalidQueueArgumentError
 from kinetis_queue.job import Job, job_class_path
 from kinetis_queue.outcomes import STORE_FAILURE_DELAY as STORE_FAILURE_DELAY  # re-exported: its home is outcomes
@@ -167,5 +168,4 @@ def slot_lease_of(queue: Queue) -> float:
     DEFAULT_LEASE."""
     if isinstance(queue, OwnSlotLease):
         return queue.slot_lease()
-    timeout = getattr(queue, "visibility_timeout", None)
-    return float(timeout()) if callable(timeout) else float(DEFAULT_LEASE)
+    return float(queue.visibility_timeout()) if isinstance(queue, RenewableQueue) else float(DEFAULT_LEASE)
