@@ -167,10 +167,12 @@ class Worker:
             restart=restart,
         )
         self.exit_reason = None
-        self._start_hooks()
-        self._dispatcher = Dispatcher(self, self._runner, self.concurrency, self.prefetch)
+        # The handlers first: the hooks' start (a heartbeat file, the registry) can take a while, and a
+        # SIGTERM meanwhile is a stop like any other, not the process's default death.
         previous = self._install_signal_handlers()
         try:
+            self._start_hooks()
+            self._dispatcher = Dispatcher(self, self._runner, self.concurrency, self.prefetch)
             reason = self._dispatcher.run(timeout, queues, limits)
         except BaseException:
             self.exit_reason = ExitReason.ERROR

@@ -6,6 +6,8 @@ caller is done with it."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -191,6 +193,32 @@ def test_an_observer_hook_that_raises_is_logged_once_and_the_outcomes_are_unchan
         (line,) = [line for line in logged if f"{method}()" in line]
         assert "Raising" in line and "RuntimeError" in line and "unchanged" in line
     assert all(record.exc_info is None for record in caplog.records)
+
+
+class SignalledWhileStarting(DeliveryHooks):
+    """A hook whose start() is slow enough for an operator's SIGTERM to arrive (it sends one itself)."""
+
+    def start(self, queue: Queue) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_sigterm_while_the_hooks_start_is_a_clean_stop(connection: Queue, queue_name: str) -> None:
+    """The worker's handlers are in place before its hooks start: a heartbeat file is fresh from the first
+    hook on, and a SIGTERM then stopped run() with the process's default action (exit -15, fresh-clone run
+    ci3 of the last session, test_worker_liveness)."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are installed from the main thread only")
+    connection.push(jobs.Records("never"), queue=queue_name, max_attempts=1)
+    reached: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: reached.append(signum))
+    try:
+        with Worker(connection, hooks=SignalledWhileStarting()) as worker:
+            reason = worker.run(1, [queue_name], stop_when_empty=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert reached == []  # the worker's handler took it, not the one before run()
+    assert reason is ExitReason.SHUTDOWN
+    assert jobs.CALLS == []  # stopped before it reserved anything
 
 
 # -- item 18: a worker's threads end when its caller is done with it -------------------------------------
