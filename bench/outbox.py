@@ -87,9 +87,9 @@ def measure_latency(outboxed: Any, database: str, queue: str) -> dict[str, float
     from django.db import transaction
 
     from bench.jobs import Noop
-    from kinetis_queue.background import BackgroundLoop
     from kinetis_queue.conf import connection_settings
     from kinetis_queue.outbox.relay import Relay
+    from kinetis_queue.worker.background import BackgroundLoop
 
     settings = connection_settings(outboxed.connection)
     assert settings.outbox is not None

@@ -1,4 +1,5 @@
-"""Django app config: imports the system checks, sets the worker's default hooks and stores, runs discovery."""
+"""Django app config: registers the system checks and the carrier jobs of contrib/, configures observability,
+runs discovery."""
 
 from __future__ import annotations
 
@@ -14,17 +15,13 @@ class KinetisQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from kinetis_queue import checks, limits, model_args, registry, unique  # noqa: F401  (checks registers the checks)
+        from kinetis_queue.conf import checks  # noqa: F401  (registers the system checks)
+        from kinetis_queue.payload import model_args, registry
 
         model_args.install()  # job arguments annotated with a model class (docs/job-arguments.md)
         from kinetis_queue.contrib import receivers  # noqa: F401  (registers QueuedReceiverJob)
         from kinetis_queue.contrib.mail import checks as _mail_checks  # noqa: F401  (SendMailJob, check E009)
-        from kinetis_queue.limits.database import database_slots
-        from kinetis_queue.unique.database import database_locks
 
-        # Backends without a store of their own keep unique jobs' locks and concurrency slots in a Django database.
-        unique.DEFAULT_STORE = database_locks
-        limits.DEFAULT_STORE = database_slots
         # What KINETIS_QUEUE asks to observe (kinetis_queue/observability). The middleware chain (paused queues and
         # cancelled jobs, chains and batches, unique jobs, observability, the outbox) is read from
         # KINETIS_QUEUE["MIDDLEWARE"] at its first use (kinetis_queue.middleware; check kinetis_queue.E011).

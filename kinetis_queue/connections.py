@@ -21,9 +21,9 @@ from kinetis_queue.exceptions import QueueConfigurationError, QueueNotClearableE
 
 def backend_class(settings: conf.ConnectionSettings) -> type[Queue]:
     """The Queue class a connection names; QueueUnavailableError when its client library is missing."""
-    builtin = conf.BUILTIN_BACKENDS.get(settings.backend)
+    builtin = conf.builtin_backends().get(settings.backend)
     if builtin is not None:
-        path, client, extra = builtin
+        path, client, extra = builtin.queue_class, builtin.client, builtin.extra
         if client is not None and importlib.util.find_spec(client) is None:
             raise QueueUnavailableError(
                 f"connection {settings.name!r} uses the {settings.backend} backend, whose client library "
@@ -128,8 +128,9 @@ def _reset_on_setting_change(*, setting: str, **kwargs: Any) -> None:
     if setting in ("KINETIS_QUEUE", "DATABASES"):
         queues.dispose_all()
     if setting == "KINETIS_QUEUE":
-        from kinetis_queue import middleware, registry
+        from kinetis_queue import middleware
         from kinetis_queue.observability import setup
+        from kinetis_queue.payload import registry
 
         registry.forget_runnable()  # IMPORTS decides which classes a push accepts
         middleware.forget()  # MIDDLEWARE

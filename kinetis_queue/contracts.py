@@ -27,7 +27,6 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from kinetis_queue.envelope import Envelope, new_envelope
 from kinetis_queue.exceptions import (
     InvalidQueueArgumentError,
     MalformedJobSettledError,
@@ -37,9 +36,10 @@ from kinetis_queue.exceptions import (
 )
 from kinetis_queue.job import Job
 from kinetis_queue.middleware import PushDraft, push_chain
+from kinetis_queue.payload.envelope import Envelope, new_envelope
+from kinetis_queue.payload.registry import ensure_runnable
+from kinetis_queue.payload.serializer import serialize_job
 from kinetis_queue.priority import DEFAULT_PRIORITY, priority_of, validate_priority, with_priority
-from kinetis_queue.registry import ensure_runnable
-from kinetis_queue.serializer import serialize_job
 from kinetis_queue.validation import (
     validate_delay,
     validate_job_id,

@@ -7,7 +7,7 @@ What a record may show: its class, connection, queue, counters, exception class 
 metadata. The arguments are kept raw (a retry needs them) and are only ever displayed redacted per
 ``Sensitive``. The exception message and traceback say only what the exception itself says (no
 local variables), and any Sensitive argument's value found in them is replaced by ``[redacted]``
-before they are stored. What may be shown of a record is decided in kinetis_queue.redaction.
+before they are stored. What may be shown of a record is decided in kinetis_queue.payload.redaction.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from django.db import router
 from django.utils import timezone
 
 from kinetis_queue.contracts import QueuedJob
-from kinetis_queue.envelope import decode_args, decode_metadata, dumps, loads
+from kinetis_queue.db.transactions import write_atomic
 from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedQueuedJobDataError
-from kinetis_queue.printable import escape
+from kinetis_queue.payload.envelope import decode_args, decode_metadata, dumps, loads
+from kinetis_queue.payload.printable import escape
+from kinetis_queue.payload.redaction import scrub, sensitive_values
+from kinetis_queue.payload.serializer import deserialize_job
 from kinetis_queue.priority import DEFAULT_PRIORITY, priority_of
-from kinetis_queue.redaction import scrub, sensitive_values
-from kinetis_queue.serializer import deserialize_job
-from kinetis_queue.transactions import write_atomic
 from kinetis_queue.validation import validate_max_attempts, validate_queue_name
 
 if TYPE_CHECKING:
@@ -150,10 +150,10 @@ def kept_options(record: FailedJob) -> dict[str, Any]:
     limit), for its retry; each is validated where the worker reads it, like any pushed job's.
 
     Queue, max_attempts and priority are push arguments of their own; a class's ``unique_for`` is applied
-    by prepare(), as for any push. Imported here: kinetis_queue.settlement imports this module.
+    by prepare(), as for any push. Imported here: kinetis_queue.worker.settlement imports this module.
     """
-    from kinetis_queue.job_timeout import TIMEOUT_KEY
-    from kinetis_queue.settlement import RETRY_KEY
+    from kinetis_queue.worker.job_timeout import TIMEOUT_KEY
+    from kinetis_queue.worker.settlement import RETRY_KEY
 
     metadata = record_metadata(record)
     return {key: metadata[key] for key in (RETRY_KEY, TIMEOUT_KEY) if key in metadata}

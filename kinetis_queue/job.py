@@ -175,7 +175,7 @@ def resolve_job_class(path: str) -> type[Job]:
     Nothing is imported: a payload never makes the worker import a module. Raises
     JobReconstructionError naming the real reason (its module failed to import, was never imported...).
     """
-    from kinetis_queue import registry
+    from kinetis_queue.payload import registry
 
     return registry.resolve_job_class(path)
 
@@ -226,7 +226,7 @@ def call_handle(job: Job, context: JobContext) -> None:
     """Invoke ``job.handle()``, passing ``context`` to each parameter annotated JobContext.
 
     An ``async def handle`` is run to its end here with ``asyncio.run()`` (the sync backend's inline
-    run); the worker runs it on its process's event loop instead (kinetis_queue.async_loop).
+    run); the worker runs it on its process's event loop instead (kinetis_queue.worker.async_loop).
     """
     handle: Any = job.handle
     result = handle(**handle_arguments(job, context))

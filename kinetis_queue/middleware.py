@@ -141,7 +141,7 @@ class _Registry:
         self._bare: PushChain | None = None
 
     def classes(self) -> tuple[type[Middleware], ...]:
-        if not _app_loaded():
+        if not app_loaded():
             return tuple(middleware_class(path, index) for index, path in enumerate(WITHOUT_THE_APP))
         found = self._classes
         if found is None:
@@ -155,7 +155,7 @@ class _Registry:
         chain = self._push
         if chain is not None:
             return chain
-        if not _app_loaded():
+        if not app_loaded():
             bare = self._bare
             if bare is None:
                 bare = self._bare = PushChain([cls() for cls in self.classes()])
@@ -175,7 +175,7 @@ class _Registry:
 _registry = _Registry()
 
 
-def _app_loaded() -> bool:
+def app_loaded() -> bool:
     """Whether the kinetis_queue app is installed and its models loaded (its ready() may still be running)."""
     from django.apps import apps
 

@@ -117,3 +117,19 @@ class BackendOptions:
         if self.check_entry is not None:
             self.check_entry(entry, path)
         return values
+
+
+@dataclass(frozen=True)
+class BuiltinBackend:
+    """How a backend shipped in kinetis_queue/backends/ declares itself, in its own package (``BACKEND`` in
+    its options module, which imports no client library): no table of backends elsewhere to keep in step.
+
+    ``name``: the value of a connection's BACKEND. ``queue_class``: the dotted path of its Queue class.
+    ``client``: the library that must be importable (None: none); ``extra``: the pip extra that brings it.
+    """
+
+    name: str
+    queue_class: str
+    options: BackendOptions
+    client: str | None = None
+    extra: str | None = None

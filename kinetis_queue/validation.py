@@ -99,7 +99,7 @@ def validate_timeout(timeout: object) -> float:
     return seconds
 
 
-#: A job id: JOB_ID_LENGTH lowercase hex digits (re-exported as kinetis_queue.envelope.JOB_ID).
+#: A job id: JOB_ID_LENGTH lowercase hex digits (re-exported as kinetis_queue.payload.envelope.JOB_ID).
 JOB_ID = re.compile(rf"[0-9a-f]{{{JOB_ID_LENGTH}}}")
 
 

@@ -4,7 +4,7 @@ A parameter annotated with a registered class (``Decimal`` and ``UUID`` are buil
 typed envelope ``{"type": alias, "version": n, "data": ...}`` and rebuilt on the worker by the
 ``from_data`` registered for that alias and version only: a payload never names code to run or import,
 and an alias or version the worker does not know is malformed data (docs/job-arguments.md). Model
-instances plug in through the same codec interface (kinetis_queue.model_args, installed by the app).
+instances plug in through the same codec interface (kinetis_queue.payload.model_args, installed by the app).
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def _path(cls: type) -> str:
 
 
 def register_family(claims: Callable[[type], bool], codec: Callable[[type], Codec]) -> None:
-    """Let ``codec(cls)`` store parameters annotated with any class ``claims`` (kinetis_queue.model_args)."""
+    """Let ``codec(cls)`` store parameters annotated with any class ``claims`` (kinetis_queue.payload.model_args)."""
     with _lock:
         _families.append((claims, codec))
     _changed()
@@ -263,7 +263,7 @@ class TypedCodec:
         except Exception:
             # Contract (typed payloads): a callback's exception is replaced by a generic safe message.
             raise Rejected(f"to_data() of value type {writer.alias!r} raised") from None
-        from kinetis_queue.serializer import check_plain
+        from kinetis_queue.payload.serializer import check_plain
 
         reason = check_plain(data)
         if reason is not None:

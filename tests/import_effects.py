@@ -1,7 +1,7 @@
 """A module with an import-time effect, inside the installed app "tests", that no test imports.
 
 tests/conformance/test_resolution.py stores payloads naming its job class, queued receiver and
-function: a worker must never import it for them (kinetis_queue/registry.py). Only a worker whose
+function: a worker must never import it for them (kinetis_queue/payload/registry.py). Only a worker whose
 settings list it in KINETIS_QUEUE["IMPORTS"] (tests/imports_settings.py) imports it, at start-up.
 Importing it writes "imported" to the file KINETIS_TESTS_IMPORT_MARKER names, if set.
 """

@@ -175,7 +175,7 @@ KINETIS_QUEUE = {
     # A worker subprocess with Prometheus metrics (tests/integrations/test_observability.py).
     "METRICS": os.environ.get("KINETIS_TESTS_METRICS") == "1",
     # Test modules a worker subprocess must know besides tests/jobs.py (discovered): a worker imports
-    # nothing a payload names (kinetis_queue/registry.py). task_defs needs django.tasks (or the backport).
+    # nothing a payload names (kinetis_queue/payload/registry.py). task_defs needs django.tasks (or the backport).
     "IMPORTS": [
         "tests.faults.jobs",
         "tests.hostile_jobs",

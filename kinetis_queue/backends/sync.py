@@ -6,17 +6,19 @@ import logging
 from collections.abc import Sequence
 
 from kinetis_queue.contracts import ClearableQueue, JobSettlement, QueuedJob, QueueStats, Withdrawal
-from kinetis_queue.envelope import Envelope
 from kinetis_queue.exceptions import StaleJobHandleError
 from kinetis_queue.job import JobContext, call_handle
-from kinetis_queue.schema import BackendOptions
-from kinetis_queue.serializer import deserialize_job
+from kinetis_queue.payload.envelope import Envelope
+from kinetis_queue.payload.serializer import deserialize_job
+from kinetis_queue.schema import BackendOptions, BuiltinBackend
 from kinetis_queue.validation import validate_queue_list, validate_timeout
 
 logger = logging.getLogger("kinetis_queue.sync")
 
 #: The sync backend takes no keys of its own.
 OPTIONS = BackendOptions()
+#: This backend, as conf finds it (kinetis_queue.conf.builtin_backends).
+BACKEND = BuiltinBackend("sync", "kinetis_queue.backends.sync.SyncQueue", OPTIONS)
 
 
 class SyncQueue(ClearableQueue):

@@ -33,7 +33,7 @@ from django.dispatch import Signal
 
 from kinetis_queue.exceptions import JobReconstructionError, UnserializableJobError
 from kinetis_queue.job import Job, Sensitive
-from kinetis_queue.serializer import serialize_job
+from kinetis_queue.payload.serializer import serialize_job
 from kinetis_queue.validation import validate_delay, validate_max_attempts, validate_queue_name
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -63,7 +63,7 @@ class QueuedReceiverJob(Job):
 def resolve_receiver(path: str) -> Callable[..., Any]:
     """The function registered by ``@queued_receiver`` as ``path``; raises JobReconstructionError saying
     why it is not (registry.py). Imports nothing."""
-    from kinetis_queue import registry
+    from kinetis_queue.payload import registry
 
     function = _RECEIVERS.get(path)
     if function is not None:

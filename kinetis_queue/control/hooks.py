@@ -3,7 +3,7 @@
 A worker must not query anything per job, so what it asks (is this queue paused, was this job
 cancelled) is answered from memory: a ``ControlView`` per connection and process, shared by every
 Worker of that connection, holds the connection's paused queues and cancelled job ids. While a worker
-runs, a background thread (kinetis_queue.background) refreshes it every CONTROL_REFRESH seconds with
+runs, a background thread (kinetis_queue.worker.background) refreshes it every CONTROL_REFRESH seconds with
 two small queries: the paused queues of the connection, and the cancellations added since the last
 look (by primary key, so one indexed range read). A view no thread refreshes (hooks never started)
 is refreshed on the delivery path itself when its data is older than CONTROL_REFRESH.
@@ -22,11 +22,11 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
-from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.control import CANCELLED
 from kinetis_queue.middleware import Middleware
 from kinetis_queue.outcomes import AtLimit, SkipDelivery
 from kinetis_queue.unique import Until, held_lock, store_of
+from kinetis_queue.worker.background import BackgroundLoop
 
 if TYPE_CHECKING:
     from kinetis_queue.contracts import Queue, QueuedJob

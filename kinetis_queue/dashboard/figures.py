@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Final
 from django.db.models import Q
 from django.utils import timezone
 
-from kinetis_queue import conf, failed, status
+from kinetis_queue import conf, failed
 from kinetis_queue.models import FailedJob
-from kinetis_queue.observability import history, registry
+from kinetis_queue.observability import history, registry, status
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet

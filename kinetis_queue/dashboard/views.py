@@ -1,7 +1,7 @@
 """The dashboard's pages: one per connection, its live part alone (what the refresh script fetches), the
 Restart confirmation and a Retry confirmation.
 
-They are FailedJobAdmin's views in all but module (kinetis_queue/admin.py adds ``dashboard_urls()`` to its
+They are FailedJobAdmin's views in all but module (kinetis_queue/admin/__init__.py adds ``dashboard_urls()`` to its
 own): the same admin_view() wrapper (staff login, CSRF, no caching), the same permissions ("view" to see
 the page; "change" for every button; "delete" for Forget) and the same page context. Pause, Resume,
 Retry and Forget are FailedJobAdmin's own views, posted to with a ``next`` back to the dashboard; Restart,
@@ -25,8 +25,8 @@ from kinetis_queue.contracts import DisposableQueue, Queue
 from kinetis_queue.dashboard import charts, figures
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.models import FailedJob
-from kinetis_queue.restart import has_own_marker, marker_for
 from kinetis_queue.validation import validate_connection_name
+from kinetis_queue.worker.restart import has_own_marker, marker_for
 
 if TYPE_CHECKING:
     from kinetis_queue.admin import FailedJobAdmin

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from kinetis_queue.contracts import RenewableQueue
 from kinetis_queue.exceptions import InvalidQueueArgumentError
 from kinetis_queue.job import Job, job_class_path
+from kinetis_queue.middleware import app_loaded
 from kinetis_queue.outcomes import STORE_FAILURE_DELAY as STORE_FAILURE_DELAY  # re-exported: its home is outcomes
 from kinetis_queue.outcomes import AtLimit as AtLimit  # re-exported: its home is outcomes
 from kinetis_queue.validation import MAX_RETRY_DELAY
@@ -126,14 +127,9 @@ class SlotStore(ABC):
         """Give ``slot`` back, if its token still holds it."""
 
 
-#: The SlotStore of backends without one of their own, given the queue: the Django database's (the
-#: connection's own database for the SQL backend), set by the app's ready().
-DEFAULT_STORE: Callable[[Queue], SlotStore] | None = None
-
-
 class OwnSlotStore(ABC):
     """The capability of a backend that keeps concurrency slots in a store of its own (the Redis backend);
-    every other backend's are rows in a Django database (``DEFAULT_STORE``)."""
+    every other backend's are rows in a Django database (kinetis_queue.limits.database)."""
 
     @abstractmethod
     def slot_store(self) -> SlotStore:
@@ -154,12 +150,14 @@ def slot_store_of(queue: Queue) -> SlotStore:
     (``jobs_database()``, or the default one) that the app provides."""
     if isinstance(queue, OwnSlotStore):
         return queue.slot_store()
-    if DEFAULT_STORE is None:
+    if not app_loaded():
         raise InvalidQueueArgumentError(
             f"concurrency limits on the {queue.backend_name} backend keep their slots in the Django database: "
             "add 'kinetis_queue' to INSTALLED_APPS"
         )
-    return DEFAULT_STORE(queue)
+    from kinetis_queue.limits.database import database_slots  # plug-in point: its models load with the app
+
+    return database_slots(queue)
 
 
 def slot_lease_of(queue: Queue) -> float:

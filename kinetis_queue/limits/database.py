@@ -18,9 +18,9 @@ from django.db import OperationalError, connections, router
 from django.db.models import Subquery
 
 from kinetis_queue.contracts import Queue
+from kinetis_queue.db.transactions import write_atomic
 from kinetis_queue.limits import Slot, SlotStore
 from kinetis_queue.limits.models import LimitSlot
-from kinetis_queue.transactions import write_atomic
 
 #: Attempts of a take whose transaction the database rolled back (a deadlock creating a key's rows,
 #: SQLite's busy database).
@@ -94,7 +94,7 @@ IDLE_FOR: Final = 86_400
 
 def prune(now: float | None = None) -> int:
     """Delete the slot rows free for IDLE_FOR seconds, in every database that holds some (``queue_prune``)."""
-    from kinetis_queue.tables import store_databases
+    from kinetis_queue.db.tables import store_databases
 
     cutoff = (time.time() if now is None else now) - IDLE_FOR
     return sum(
@@ -107,8 +107,8 @@ _STORES: dict[str, DatabaseSlots] = {}
 
 
 def database_slots(queue: Queue) -> SlotStore:
-    """``kinetis_queue.limits.DEFAULT_STORE``: slots in the connection's own database (SQL backend) or the
-    one ``router.db_for_write(LimitSlot)`` names; one store per database and process."""
+    """The slot store of backends without one of their own (limits.slot_store_of): slots in the connection's
+    own database (SQL backend) or the one ``router.db_for_write(LimitSlot)`` names; one per database and process."""
     alias = queue.jobs_database() or router.db_for_write(LimitSlot)
     store = _STORES.get(alias)
     if store is None:

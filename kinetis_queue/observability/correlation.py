@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.hooks import DeliveryHooks
-from kinetis_queue.worker_log import CORRELATION_KEY
+from kinetis_queue.worker.log import CORRELATION_KEY
 
 #: Where the envelope's metadata carries the id (the worker's log records read it there too).
 METADATA_KEY: Final = CORRELATION_KEY

@@ -2,7 +2,7 @@
 
 ``queue_health`` (exit 0 / 1 with the reason) and the JSON view for load balancers and Kubernetes
 probes (kinetis_queue/observability/views.py) both ask ``check()``. The store's answer is
-queue_status' own reading (kinetis_queue/status.py); "recently" is the worker registry's GONE_AFTER.
+queue_status' own reading (kinetis_queue/observability/status.py); "recently" is the worker registry's GONE_AFTER.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kinetis_queue import status
+from kinetis_queue.observability import status
 from kinetis_queue.observability.registry import ready_jobs, workers
 
 #: The reason codes a failing connection is reported with: stable words a probe or an alert may match,

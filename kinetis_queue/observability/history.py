@@ -24,7 +24,6 @@ from typing import Final
 
 from django.db import connections, router
 
-from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.observability.models import HistoryMinute
 from kinetis_queue.observability.tally import (
     BUCKETS,
@@ -38,6 +37,7 @@ from kinetis_queue.observability.tally import (
     TallyHooks,
 )
 from kinetis_queue.outcomes import JobOutcome
+from kinetis_queue.worker.background import BackgroundLoop
 
 logger = logging.getLogger("kinetis_queue")
 

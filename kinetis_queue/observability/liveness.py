@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.hooks import DeliveryHooks
-from kinetis_queue.worker_log import contained, logger
+from kinetis_queue.worker.background import BackgroundLoop
+from kinetis_queue.worker.log import contained, logger
 
 if TYPE_CHECKING:
     from kinetis_queue.contracts import Queue, QueuedJob

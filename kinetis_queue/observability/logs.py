@@ -28,8 +28,8 @@ from typing import Final
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.hooks import DeliveryHooks
 from kinetis_queue.outcomes import JobReport
-from kinetis_queue.printable import printable
-from kinetis_queue.worker_log import PrintableArgs
+from kinetis_queue.payload.printable import printable
+from kinetis_queue.worker.log import PrintableArgs
 
 #: The record attributes the formatter copies when present.
 FIELDS: Final = (

@@ -9,7 +9,7 @@
   the stores when the view is scraped (the web process's own registry).
 
 ``job`` is the job's class path (a task's or receiver's name for those carriers), never an argument; a
-name this process has not registered (kinetis_queue.registry.known_name: a forged payload's) is counted
+name this process has not registered (kinetis_queue.payload.registry.known_name: a forged payload's) is counted
 as ``(unknown)``, so the series are bounded by the code, not by the payloads.
 In one process the figures are the process's tally (tally.py), read at scrape time by TallyCollector:
 a delivery pays the tally's few additions, which the history shares. A ``queue_work --processes`` child
@@ -30,7 +30,7 @@ from kinetis_queue.job import display_name
 from kinetis_queue.observability import tally
 from kinetis_queue.observability.tally import BUCKETS, FIRST_BUCKET, OUTCOME_INDEX, RUNTIME, TALLY
 from kinetis_queue.outcomes import JobReport
-from kinetis_queue.registry import name_label
+from kinetis_queue.payload.registry import name_label
 
 _METRICS: dict[str, Any] = {}
 #: Each family's name and help, the same in both ways of counting.
@@ -142,7 +142,7 @@ class DepthCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        from kinetis_queue import status
+        from kinetis_queue.observability import status
 
         family = GaugeMetricFamily(
             "kinetis_queue_queue_depth",

@@ -32,16 +32,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 from django.db import connections, router
 
-from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.contracts import Queue, QueuedJob
+from kinetis_queue.db.transactions import write_atomic
 from kinetis_queue.hooks import DeliveryHooks
 from kinetis_queue.observability.models import WorkerRecord
 from kinetis_queue.outcomes import JobOutcome, JobReport
-from kinetis_queue.transactions import write_atomic
-from kinetis_queue.worker_log import job_name
+from kinetis_queue.worker.background import BackgroundLoop
+from kinetis_queue.worker.log import job_name
 
 if TYPE_CHECKING:
-    from kinetis_queue.status import ConnectionFigures
+    from kinetis_queue.observability.status import ConnectionFigures
 
 #: Seconds between two writes of a worker's row.
 INTERVAL: Final = 5.0

@@ -21,7 +21,7 @@ from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
 from kinetis_queue.hooks import DeliveryHooks
 from kinetis_queue.job import display_name
 from kinetis_queue.outcomes import JobOutcome, JobReport
-from kinetis_queue.registry import name_label
+from kinetis_queue.payload.registry import name_label
 
 logger = logging.getLogger("kinetis_queue")
 

@@ -139,7 +139,7 @@ class TracingHooks(DeliveryHooks):
         span, token, current = held
         span.end()
         # A timed-out attempt's span ends in the watchdog's thread, whose context is not the one started()
-        # changed: that one ends with the attempt in its own thread (kinetis_queue.delivery).
+        # changed: that one ends with the attempt in its own thread (kinetis_queue.worker.delivery).
         if context.get_current() is current:
             context.detach(token)
 

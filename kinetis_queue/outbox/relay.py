@@ -38,10 +38,10 @@ from kinetis_queue import crashpoints
 from kinetis_queue.backends.sql.pooling import transaction_pooled
 from kinetis_queue.conf import OutboxSettings
 from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob, StoreRefusal
-from kinetis_queue.envelope import decode_envelope
 from kinetis_queue.exceptions import MalformedQueuedJobDataError, OutboxRefusedError
 from kinetis_queue.failed import ModelRecorder, exception_class_path, exception_text
 from kinetis_queue.outbox.database import OUTBOX_TABLE, channel
+from kinetis_queue.payload.envelope import decode_envelope
 from kinetis_queue.unique import Until, database_lock_store, held_lock
 
 logger = logging.getLogger("kinetis_queue.outbox")

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error, register
 
-from kinetis_queue import registry
+from kinetis_queue.payload import registry
 from kinetis_queue.schedules import declaration
 
 

@@ -20,9 +20,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 
-from kinetis_queue import registry
 from kinetis_queue.exceptions import QueueConfigurationError
 from kinetis_queue.job import Job, job_class_path
+from kinetis_queue.payload import registry
 from kinetis_queue.validation import QUEUE_NAME
 
 #: The setting's key inside KINETIS_QUEUE.
@@ -241,7 +241,7 @@ def _entry(name: str, entry: Any, source: str, connections: Mapping[str, Any], d
 def _check_arguments(found: Schedule, fail: Callable[[str, str], ScheduleConfigurationError]) -> None:
     """ARGS build the job and pass the argument contract (the checks push() makes before any I/O)."""
     from kinetis_queue.exceptions import UnserializableJobError
-    from kinetis_queue.serializer import serialize_job
+    from kinetis_queue.payload.serializer import serialize_job
 
     try:
         job = found.build_job()

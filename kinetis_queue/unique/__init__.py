@@ -13,8 +13,8 @@ whatever happens. In every scope the lock lasts at most ``unique_for`` seconds. 
 ``"started"``): a push while the holder waits replaces its arguments and delay, keeping its id.
 
 Nothing here touches a store: each backend brings its own LockStore (the SQL and Redis backends)
-or uses the Django database's (SQS, RabbitMQ, sync and custom backends), which the app sets as
-``DEFAULT_STORE`` at start-up.
+or uses the Django database's (SQS, RabbitMQ, sync and custom backends: kinetis_queue.unique.database),
+which needs the app installed and Django's app registry ready.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ import hashlib
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
 from kinetis_queue.exceptions import InvalidQueueArgumentError, UnknownLockDatabaseError
 from kinetis_queue.job import Job, job_class_path
-from kinetis_queue.middleware import Middleware, PushDraft, Store
+from kinetis_queue.middleware import Middleware, PushDraft, Store, app_loaded
 from kinetis_queue.outcomes import SkipDelivery
 from kinetis_queue.values import MissingModelSkipped
 
@@ -235,12 +235,14 @@ def lock_store_of(queue: Queue) -> LockStore:
 def database_lock_store(queue: Queue, database: str | None) -> LockStore:
     """The lock store in a Django database (None: the one the router names), which the app provides: the store
     of backends without one of their own, and of every push made through an outbox."""
-    if DEFAULT_STORE is None:
+    if not app_loaded():
         raise InvalidQueueArgumentError(
             f"unique jobs on the {queue.backend_name} backend keep their locks in the Django database: "
             "add 'kinetis_queue' to INSTALLED_APPS"
         )
-    return DEFAULT_STORE(database)
+    from kinetis_queue.unique.database import database_locks  # plug-in point: its models load with the app
+
+    return database_locks(database)
 
 
 def connection_store(queue: Queue) -> LockStore:
@@ -304,11 +306,6 @@ class LockStore(ABC):
         a duplicate possible, never a key held by a job that is gone. By default: nothing to do (a
         store that derives the lock's validity from the job itself).
         """
-
-
-#: The LockStore in a Django database (None: the router's), set by the app's ready(): the store of backends
-#: without one of their own, and of pushes made through a transactional outbox (kinetis_queue.outbox).
-DEFAULT_STORE: Callable[[str | None], LockStore] | None = None
 
 
 def lock_for(

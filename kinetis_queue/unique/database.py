@@ -154,7 +154,7 @@ class DatabaseLocks(LockStore):
 
 def prune(now: float | None = None) -> int:
     """Delete the lock rows whose key has expired, in every database that holds some (``queue_prune``)."""
-    from kinetis_queue.tables import store_databases
+    from kinetis_queue.db.tables import store_databases
 
     cutoff = time.time() if now is None else now
     return sum(
@@ -164,7 +164,8 @@ def prune(now: float | None = None) -> int:
 
 
 def database_locks(database: str | None) -> LockStore:
-    """``kinetis_queue.unique.DEFAULT_STORE``: the store in ``database`` (None: the router's), one per process."""
+    """The lock store of backends without one of their own (unique.database_lock_store): the store in
+    ``database`` (None: the router's), one per process."""
     alias = database or router.db_for_write(UniqueLockRecord)
     store = _STORES.get(alias)
     if store is None:

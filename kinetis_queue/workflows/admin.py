@@ -1,6 +1,6 @@
 """The admin's chains and batches: a list of the top-level ones, a read-only page per workflow, and Cancel.
 
-It follows the failed-jobs admin (kinetis_queue/admin.py). Never an argument value: a member is shown
+It follows the failed-jobs admin (kinetis_queue/admin/__init__.py). Never an argument value: a member is shown
 by its ``job_class`` column (a display name), never by ``WorkflowMember.spec``, which holds the job's
 envelope, and the changelist accepts only the parameters its list filters send (``lookup_allowed``),
 with search on the id alone. Every operation asks for a model permission: the pages "view", Cancel

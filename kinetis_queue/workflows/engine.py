@@ -42,9 +42,9 @@ from django.utils import timezone
 
 from kinetis_queue import crashpoints
 from kinetis_queue.contracts import PreparedPush, Queue
-from kinetis_queue.envelope import decode_envelope
+from kinetis_queue.db.transactions import write_atomic
 from kinetis_queue.job import Job, job_class_path
-from kinetis_queue.transactions import write_atomic
+from kinetis_queue.payload.envelope import decode_envelope
 from kinetis_queue.workflows.models import Workflow, WorkflowMember
 from kinetis_queue.workflows.spec import Batch, Chain
 

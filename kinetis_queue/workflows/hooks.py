@@ -12,10 +12,10 @@ from typing import Any, Final
 
 from django.utils import timezone
 
-from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.middleware import Middleware
 from kinetis_queue.outcomes import SkipDelivery
+from kinetis_queue.worker.background import BackgroundLoop
 from kinetis_queue.workflows import engine
 from kinetis_queue.workflows.models import WorkflowMember
 

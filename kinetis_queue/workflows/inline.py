@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from kinetis_queue.backends.sync import SyncQueue
 from kinetis_queue.contracts import PreparedPush, Queue
 from kinetis_queue.job import JobContext, call_handle
-from kinetis_queue.serializer import deserialize_job
+from kinetis_queue.payload.serializer import deserialize_job
 from kinetis_queue.workflows import engine
 from kinetis_queue.workflows.models import Workflow
 from kinetis_queue.workflows.spec import Batch, Chain

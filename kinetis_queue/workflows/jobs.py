@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from kinetis_queue.job import Job, JobContext, Sensitive, call_handle, job_class_path
 from kinetis_queue.limits import limit_concurrency
-from kinetis_queue.serializer import deserialize_job, serialize_job
+from kinetis_queue.payload.serializer import deserialize_job, serialize_job
 
 
 @limit_concurrency(key=lambda job: f"{job.workflow}:{job.callback}", max=1, delay=1.0)

@@ -23,7 +23,7 @@ from kinetis_queue.contracts import Queue
 from kinetis_queue.exceptions import UnserializableJobError
 from kinetis_queue.failed import retry
 from kinetis_queue.models import FailedJob
-from kinetis_queue.redaction import REDACTED, shown_args
+from kinetis_queue.payload.redaction import REDACTED, shown_args
 from kinetis_queue.worker import Worker
 from tests.support.backends import Backend
 

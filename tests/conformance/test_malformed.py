@@ -15,7 +15,7 @@ from django.db import connections as db_connections
 
 from kinetis_queue.contracts import Queue
 from kinetis_queue.exceptions import JobReconstructionError, MalformedJobSettledError
-from kinetis_queue.serializer import deserialize_job
+from kinetis_queue.payload.serializer import deserialize_job
 from tests.jobs import Noop, Records
 from tests.support.backends import Backend
 

@@ -185,9 +185,9 @@ def test_a_priority_outside_the_range_is_refused_before_any_io(
 def test_retrying_a_failed_job_keeps_its_priority(queue_name: str, stored: dict[str, Any]) -> None:
     """queue_retry pushes the job again at the priority it had (0 when it had none, or a tampered one)."""
     from kinetis_queue import queues
-    from kinetis_queue.envelope import dumps
     from kinetis_queue.failed import retry
     from kinetis_queue.models import FailedJob
+    from kinetis_queue.payload.envelope import dumps
 
     record = FailedJob.objects.create(
         connection="sqlite",

@@ -12,10 +12,10 @@ import pytest
 
 from kinetis_queue import Job, JobContext
 from kinetis_queue.contracts import PreparedPush, Queue
-from kinetis_queue.envelope import Envelope
 from kinetis_queue.exceptions import InvalidQueueArgumentError, UnserializableJobError
 from kinetis_queue.job import call_handle
-from kinetis_queue.serializer import deserialize_job
+from kinetis_queue.payload.envelope import Envelope
+from kinetis_queue.payload.serializer import deserialize_job
 from tests import jobs
 from tests.jobs import Color, Records
 from tests.support.backends import Backend

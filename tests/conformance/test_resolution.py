@@ -1,4 +1,4 @@
-"""What a stored payload may name (DESIGN.md §2, kinetis_queue/registry.py), and what push() accepts.
+"""What a stored payload may name (DESIGN.md §2, kinetis_queue/payload/registry.py), and what push() accepts.
 
 A worker rebuilds only job classes, queued receivers and tasks this process registered before the
 message arrived; it never imports a module because a payload named it. tests/import_effects.py is
@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from kinetis_queue import Job, JobContext, registry
+from kinetis_queue import Job, JobContext
 from kinetis_queue.contracts import Queue
 from kinetis_queue.contrib.receivers import QueuedReceiverJob
 from kinetis_queue.exceptions import JobReconstructionError, UnrunnableJobError
 from kinetis_queue.models import FailedJob
+from kinetis_queue.payload import registry
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.conformance.test_worker import _rewrite_stored_job

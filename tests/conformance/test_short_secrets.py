@@ -2,7 +2,7 @@
 
 A value of 4 characters or more is replaced by ``[redacted]`` where it occurs in an exception's text; a shorter
 one (the README's own example token is "k3y") cannot be replaced where it occurs without mangling unrelated text,
-so a text in which it occurs as a word of its own is withheld whole (kinetis_queue/redaction.py). On every store
+so a text in which it occurs as a word of its own is withheld whole (kinetis_queue/payload/redaction.py). On every store
 with a real worker: the failed-job record and the worker's log lines.
 """
 
@@ -15,7 +15,7 @@ import pytest
 
 from kinetis_queue.contracts import Queue
 from kinetis_queue.models import FailedJob
-from kinetis_queue.redaction import WITHHELD
+from kinetis_queue.payload.redaction import WITHHELD
 from kinetis_queue.worker import Worker
 from tests import operator_jobs
 

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from kinetis_queue import dispatcher
 from kinetis_queue.contracts import JobSettlement, Queue, QueuedJob, RenewableQueue, Reserved
 from kinetis_queue.exceptions import JobTimeoutError, MalformedJobSettledError
 from kinetis_queue.models import FailedJob
-from kinetis_queue.worker import ExitReason, JobOutcome, JobReport, Worker
+from kinetis_queue.worker import ExitReason, JobOutcome, JobReport, Worker, dispatcher
 from tests import concurrency_jobs as cj
 from tests import jobs
 from tests.support.backends import Backend

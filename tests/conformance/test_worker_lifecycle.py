@@ -18,12 +18,12 @@ from django.test import override_settings
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.control.hooks import view_of
 from kinetis_queue.hooks import DeliveryHooks, HookChain
-from kinetis_queue.job_timeout import TIMEOUT_KEY
 from kinetis_queue.middleware import worker_hooks
 from kinetis_queue.observability import correlation, setup
 from kinetis_queue.observability.tracing import TRACE_KEY, TracingHooks
 from kinetis_queue.outcomes import JobOutcome, JobReport
 from kinetis_queue.worker import ExitReason, Worker
+from kinetis_queue.worker.job_timeout import TIMEOUT_KEY
 from tests import concurrency_jobs as cj
 from tests import jobs
 from tests.settings import KINETIS_QUEUE

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from kinetis_queue import dispatcher
 from kinetis_queue.contracts import Queue, QueuedJob, Reserved
-from kinetis_queue.worker import ExitReason, Worker
+from kinetis_queue.worker import ExitReason, Worker, dispatcher
 from tests import concurrency_jobs as cj
 from tests.conformance.test_worker_concurrency import remaining, reserving_several
 

@@ -10,9 +10,9 @@ import pytest
 
 from kinetis_queue import batch, chain
 from kinetis_queue.contracts import PreparedPush, Queue
-from kinetis_queue.envelope import decode_envelope
 from kinetis_queue.models import Workflow, WorkflowMember
 from kinetis_queue.outcomes import JobOutcome, JobReport
+from kinetis_queue.payload.envelope import decode_envelope
 from kinetis_queue.worker import Worker
 from kinetis_queue.workflows import Batch, Chain, WorkflowHandle
 from tests import jobs

@@ -1,4 +1,4 @@
-"""The loop queue_work and queue_relay run beside the worker (kinetis_queue/background.py): a round that raises
+"""The loop queue_work and queue_relay run beside the worker (kinetis_queue/worker/background.py): a round that raises
 is logged and the loop goes on after a pause; stop() is safe before start() and twice."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from kinetis_queue.background import BackgroundLoop
+from kinetis_queue.worker.background import BackgroundLoop
 
 
 def test_a_round_that_raises_is_logged_and_the_loop_goes_on(caplog: pytest.LogCaptureFixture) -> None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from kinetis_queue import Job
-from kinetis_queue.envelope import decode_envelope, dumps, new_envelope
 from kinetis_queue.exceptions import MalformedQueuedJobDataError, UnserializableJobError
 from kinetis_queue.job import MAX_CLASS_PATH, is_class_path
-from kinetis_queue.serializer import serialize_job
+from kinetis_queue.payload.envelope import decode_envelope, dumps, new_envelope
+from kinetis_queue.payload.serializer import serialize_job
 
 BAD_PATHS = {
     "empty": "",

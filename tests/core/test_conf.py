@@ -202,10 +202,11 @@ def test_settings_are_checked_without_any_client_library() -> None:
     ]
 
 
-@pytest.mark.parametrize("backend", list(conf.BUILTIN_BACKENDS))
+@pytest.mark.parametrize("backend", list(conf.builtin_backends()))
 def test_each_builtin_backend_is_checked_with_the_schema_its_class_declares(backend: str) -> None:
     """One schema per backend: what conf.py applies is the Queue class's own settings_schema."""
-    path, client, _ = conf.BUILTIN_BACKENDS[backend]
+    declared = conf.builtin_backends()[backend]
+    path, client = declared.queue_class, declared.client
     if client is not None:
         pytest.importorskip(client)
     module_name, _, class_name = path.rpartition(".")

@@ -1,4 +1,4 @@
-"""The worker's reserving loop (kinetis_queue.dispatcher) at its edges, on the SQLite queue in this
+"""The worker's reserving loop (kinetis_queue.worker.dispatcher) at its edges, on the SQLite queue in this
 process: stop_when_empty while a job may still release a retry, a prefetched delivery given back when
 no slot frees, a give-back refused as stale when the worker stops, an error met while every slot is
 busy, and the prefetch bookkeeping of a worker without prefetch. No assertion here is about time."""
@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from django.db import connections as db_connections
 
-from kinetis_queue import Job, JobContext, conf, dispatcher, queues
+from kinetis_queue import Job, JobContext, conf, queues
 from kinetis_queue import connections as queue_connections
-from kinetis_queue.ack_batch import AckBatch
 from kinetis_queue.contracts import DisposableQueue, Queue, QueuedJob, Reserved
-from kinetis_queue.dispatcher import Dispatcher
 from kinetis_queue.outcomes import ExitReason
-from kinetis_queue.worker import JobReport, Worker
+from kinetis_queue.worker import JobReport, Worker, dispatcher
+from kinetis_queue.worker.acks import AckBatch
+from kinetis_queue.worker.dispatcher import Dispatcher
 from tests import concurrency_jobs as cj
 from tests import jobs
 from tests.support.helpers import wait_until

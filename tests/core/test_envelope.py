@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from kinetis_queue.envelope import (
+from kinetis_queue.exceptions import MalformedQueuedJobDataError
+from kinetis_queue.payload.envelope import (
     Envelope,
     decode_body,
     decode_envelope,
@@ -16,7 +17,6 @@ from kinetis_queue.envelope import (
     loads,
     new_envelope,
 )
-from kinetis_queue.exceptions import MalformedQueuedJobDataError
 
 GOOD = new_envelope("tests.jobs.Records", {"label": "x", "items": [1, 2.5, None, True, {"k": "é"}]}, 3, {"t": 1})
 

@@ -12,7 +12,7 @@ import pytest
 from kinetis_queue import Job, queues
 from kinetis_queue.exceptions import InvalidQueueArgumentError, UnrunnableJobError, UnserializableJobError
 from kinetis_queue.failed import prune
-from kinetis_queue.serializer import MAX_INT_DIGITS
+from kinetis_queue.payload.serializer import MAX_INT_DIGITS
 from kinetis_queue.worker import JobReport, Worker
 from tests import jobs
 from tests.unpushable_jobs import NamesAMissingType

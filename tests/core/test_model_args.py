@@ -16,8 +16,8 @@ from kinetis_queue import Job, Sensitive
 from kinetis_queue.exceptions import JobReconstructionError, MalformedQueuedJobDataError, UnserializableJobError
 from kinetis_queue.hooks import SkipDelivery
 from kinetis_queue.job import job_class_path
-from kinetis_queue.redaction import REDACTED, display_args, sensitive_values
-from kinetis_queue.serializer import deserialize_job, serialize_job
+from kinetis_queue.payload.redaction import REDACTED, display_args, sensitive_values
+from kinetis_queue.payload.serializer import deserialize_job, serialize_job
 from kinetis_queue.values import MalformedJobArgumentError, MissingModelError
 
 

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from kinetis_queue.exceptions import JobReconstructionError, UnserializableJobError
 from kinetis_queue.job import Job, Sensitive, job_class_path
-from kinetis_queue.redaction import redacted_args
-from kinetis_queue.serializer import deserialize_job, serialize_job
+from kinetis_queue.payload.redaction import redacted_args
+from kinetis_queue.payload.serializer import deserialize_job, serialize_job
 
 SECRET = "s3cr3t-VALUE"
 SECRET_KEY = "s3cr3t-KEY"

@@ -8,7 +8,7 @@ import pytest
 
 from kinetis_queue.exceptions import JobReconstructionError
 from kinetis_queue.job import Job, job_class_path
-from kinetis_queue.serializer import deserialize_job, serialize_job
+from kinetis_queue.payload.serializer import deserialize_job, serialize_job
 
 type Loop = Loop  # an alias naming itself: unwrapping it must stop, not spin
 

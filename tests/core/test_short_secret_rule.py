@@ -1,11 +1,11 @@
 """The rule for Sensitive values too short to be replaced where they occur (issue 27 item 14;
-kinetis_queue/redaction.py, docs/job-arguments.md)."""
+kinetis_queue/payload/redaction.py, docs/job-arguments.md)."""
 
 from __future__ import annotations
 
 import pytest
 
-from kinetis_queue.redaction import REDACTED, WITHHELD, scrub, sensitive_values
+from kinetis_queue.payload.redaction import REDACTED, WITHHELD, scrub, sensitive_values
 
 
 @pytest.mark.parametrize(

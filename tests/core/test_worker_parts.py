@@ -11,14 +11,14 @@ from collections.abc import Callable
 
 import pytest
 
-from kinetis_queue import Job, dispatcher, queues
-from kinetis_queue.ack_batch import AckBatch
-from kinetis_queue.async_loop import run_coroutine
+from kinetis_queue import Job, queues
 from kinetis_queue.contracts import Queue
 from kinetis_queue.exceptions import StaleJobHandleError
 from kinetis_queue.outcomes import ExitReason
-from kinetis_queue.timeout_watchdog import Watchdog
-from kinetis_queue.worker import JobReport, Worker
+from kinetis_queue.worker import JobReport, Worker, dispatcher
+from kinetis_queue.worker.acks import AckBatch
+from kinetis_queue.worker.async_loop import run_coroutine
+from kinetis_queue.worker.timeout_watchdog import Watchdog
 from tests import jobs
 from tests.support.helpers import wait_until
 

@@ -118,7 +118,7 @@ def test_an_error_of_a_batched_ack_is_classed_as_a_settlement() -> None:
     """The worker sends its acks in batches (AckBatch.flush -> Queue.ack_many -> the backend's _ack_many): a
     connection reset met there is a settlement's failure, which the fault scenarios (A3 on RabbitMQ) expect; it
     was classed "other" (a CI run's rerun of test_a3_frozen_worker_is_overtaken... [rabbitmq])."""
-    from kinetis_queue.ack_batch import AckBatch
+    from kinetis_queue.worker.acks import AckBatch
     from tests.faults.worker import where
 
     class Dropped:

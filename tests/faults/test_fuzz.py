@@ -36,7 +36,7 @@ from kinetis_queue import Job
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.exceptions import MalformedQueuedJobDataError, UnserializableJobError
 from kinetis_queue.job import job_class_path
-from kinetis_queue.serializer import MAX_DEPTH, MAX_INT_DIGITS, deserialize_job, serialize_job
+from kinetis_queue.payload.serializer import MAX_DEPTH, MAX_INT_DIGITS, deserialize_job, serialize_job
 from tests.core.test_serializer import SECRET, MyDatetime, Opaque, assert_same, located, nested
 from tests.faults import checker, stores
 from tests.faults.fuzz_jobs import RAN, Guarded, Payload, Shade, Size

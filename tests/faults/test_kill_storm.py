@@ -3,7 +3,7 @@
 Contract: "At-least-once delivery" and "Reservation and recovery": a worker that dies mid-job
 leaves its jobs to the backend's recovery, so nothing accepted is lost. Each kill can cost one extra
 execution per delivery the worker held that had started: the jobs running (up to ``--concurrency``)
-and those finished whose ack was still in the ack batch (kinetis_queue.ack_batch, at most a few ms).
+and those finished whose ack was still in the ack batch (kinetis_queue.worker.acks, at most a few ms).
 Deliveries reserved ahead and not started are charged an attempt, never run twice. The scenario runs
 at concurrency 1 in ``make test`` and at 8 in ``make storms``. The nemesis kills a worker at most every
 ``kill_every`` seconds, and only one that has finished its share of the round (``jobs / KILLS_PER_ROUND``):
@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from kinetis_queue.ack_batch import MAX_ACK_BATCH
 from kinetis_queue.contracts import Queue
 from kinetis_queue.job import Job
+from kinetis_queue.worker.acks import MAX_ACK_BATCH
 from tests.faults import history, procs
 from tests.faults.conftest import soak_seconds
 from tests.faults.harness import finish, push

@@ -691,9 +691,9 @@ def test_b7_sqs_endpoint_down_stops_the_worker_without_a_hot_spin(
     assert 1 <= restarts <= 3, output.read_text()[-2000:]
 
 
-#: The parent of ``queue_work --processes N`` (kinetis_queue.supervisor), run with one child: the command line.
+#: The parent of ``queue_work --processes N`` (kinetis_queue.worker.supervisor), run with one child: the command line.
 SUPERVISE = (
-    "import sys; from kinetis_queue.supervisor import Supervisor; "
+    "import sys; from kinetis_queue.worker.supervisor import Supervisor; "
     "sys.exit(Supervisor(sys.argv[1:], 1, say=lambda line: print(line, flush=True)).run())"
 )
 

@@ -258,10 +258,10 @@ def test_a_store_down_for_ten_seconds_keeps_pushes_committing_and_loses_nothing(
     outbox) and a relay runs: the backlog grows, then drains once the store is back; every job arrives once."""
     from urllib.parse import urlsplit
 
-    from kinetis_queue.background import BackgroundLoop
     from kinetis_queue.conf import OutboxSettings
     from kinetis_queue.outbox.database import DatabaseOutbox
     from kinetis_queue.outbox.relay import Relay
+    from kinetis_queue.worker.background import BackgroundLoop
     from tests.faults.faultproxy import FaultProxy, Pass, Reset
 
     fixture = {"sqs": "sqs_queues", "rabbitmq": "rabbitmq_queues"}.get(store)

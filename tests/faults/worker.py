@@ -12,7 +12,7 @@ Test knobs, read from the environment:
 - ``KQ_PORT``: the port of a fault proxy in front of the connections' server;
 - ``KQ_HEARTBEAT``: the AMQP heartbeat interval of every RabbitMQ connection, in seconds;
 - ``KQ_PREFETCH_HOLD``: seconds a delivery reserved ahead waits for a slot before it is given back
-  (kinetis_queue.dispatcher.PREFETCH_HOLD), so that a scenario can keep one held until its stop;
+  (kinetis_queue.worker.dispatcher.PREFETCH_HOLD), so that a scenario can keep one held until its stop;
 - ``KQ_REGISTRY_INTERVAL``: how often the worker writes its registry row, in seconds (5 in production);
 - ``KQ_CRASHPOINT``: read by ``kinetis_queue.crashpoints`` itself.
 """
@@ -171,7 +171,7 @@ def _apply_knobs() -> None:
         settings.KINETIS_QUEUE = setting
     hold = os.environ.get("KQ_PREFETCH_HOLD")
     if hold:
-        from kinetis_queue import dispatcher
+        from kinetis_queue.worker import dispatcher
 
         dispatcher.PREFETCH_HOLD = float(hold)  # type: ignore[misc]
     registry_interval = os.environ.get("KQ_REGISTRY_INTERVAL")
@@ -180,7 +180,7 @@ def _apply_knobs() -> None:
 
         registry.INTERVAL = float(registry_interval)  # type: ignore[misc]
     if os.environ.get("KQ_NO_RENEWAL") == "1":
-        from kinetis_queue.heartbeat import Heartbeat
+        from kinetis_queue.worker.heartbeat import Heartbeat
 
         Heartbeat.start = lambda self, job: None  # type: ignore[method-assign]
     level = os.environ.get("KQ_ISOLATION_LEVEL")

@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 
 from kinetis_queue import queues
 from kinetis_queue.contracts import PreparedPush
-from kinetis_queue.envelope import new_envelope
+from kinetis_queue.payload.envelope import new_envelope
 from tests.support.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,6 @@ from django.core.management import call_command
 from django.db import transaction
 
 from kinetis_queue import connections, push_on_commit
-from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.conf import connection_settings
 from kinetis_queue.contracts import DisposableQueue, PreparedPush, Queue
 from kinetis_queue.exceptions import QueueConfigurationError
@@ -22,6 +21,7 @@ from kinetis_queue.models import OutboxRecord, UniqueLockRecord
 from kinetis_queue.outbox.relay import Relay, backlog
 from kinetis_queue.unique import lock_of
 from kinetis_queue.worker import Worker
+from kinetis_queue.worker.background import BackgroundLoop
 from tests import jobs
 from tests.conformance.test_unique import race_for_one_key
 from tests.support.helpers import wait_until

@@ -15,12 +15,12 @@ from django.db import connections as db_connections
 from django.db import transaction
 
 from kinetis_queue.backends.redis import RedisQueue
-from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.conf import OutboxSettings
 from kinetis_queue.contracts import Queue
 from kinetis_queue.models import OutboxRecord
 from kinetis_queue.outbox.database import DatabaseOutbox, channel
 from kinetis_queue.outbox.relay import Relay
+from kinetis_queue.worker.background import BackgroundLoop
 from tests import jobs
 from tests.faults.faultproxy import FaultProxy, Pass, Reset
 from tests.support.custom_backends import NotClearable

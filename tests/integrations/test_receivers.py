@@ -16,7 +16,7 @@ from kinetis_queue import queues
 from kinetis_queue.contrib.receivers import queued_receiver
 from kinetis_queue.exceptions import InvalidQueueArgumentError, JobReconstructionError, UnserializableJobError
 from kinetis_queue.models import FailedJob
-from kinetis_queue.redaction import shown_args
+from kinetis_queue.payload.redaction import shown_args
 from kinetis_queue.worker import Worker
 from tests import operator_receivers as r
 

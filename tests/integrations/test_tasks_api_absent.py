@@ -23,7 +23,7 @@ sys.modules["django.tasks"] = sys.modules["django_tasks"] = None  # this install
 import django
 django.setup()
 from django.core.management import call_command
-from kinetis_queue import registry
+from kinetis_queue.payload import registry
 from kinetis_queue.exceptions import JobReconstructionError
 from kinetis_queue.job import Job
 try:

@@ -8,8 +8,9 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from kinetis_queue import conf, registry
+from kinetis_queue import conf
 from kinetis_queue.contrib.tasks.compat import InvalidTask, task
+from kinetis_queue.payload import registry
 from tests import task_defs
 
 

@@ -24,8 +24,8 @@ from kinetis_queue.contrib.tasks.options import KinetisTask
 from kinetis_queue.limits import ConcurrencyLimit
 from kinetis_queue.limits.keeper import SlotKeeper
 from kinetis_queue.models import FailedJob, TaskResultRecord
-from kinetis_queue.settlement import RETRY_KEY, job_retry_delay
 from kinetis_queue.worker import JobOutcome, JobReport, Worker
+from kinetis_queue.worker.settlement import RETRY_KEY, job_retry_delay
 from tests import task_option_defs as defs
 from tests.support.backends import Backend
 from tests.support.stray_logs import TASKS_LOGGER

@@ -15,8 +15,8 @@ import pytest
 from django.db import connections
 
 from kinetis_queue.contrib.tasks.backend import _fenced_update
+from kinetis_queue.db.transactions import write_atomic
 from kinetis_queue.models import TaskResultRecord
-from kinetis_queue.transactions import write_atomic
 from tests import task_defs
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -21,8 +21,8 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from kinetis_queue import queues
+from kinetis_queue.db.transactions import write_atomic
 from kinetis_queue.models import FailedJob
-from kinetis_queue.transactions import write_atomic
 from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.support.stray_logs import expected_errors

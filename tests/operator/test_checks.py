@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -18,7 +19,7 @@ from kinetis_queue import conf
 ROOT = Path(__file__).resolve().parents[2]
 
 
-#: The checks of kinetis_queue/checks.py (the django.tasks backend has its own, E1xx).
+#: The checks of kinetis_queue/conf/checks.py (the django.tasks backend has its own, E1xx).
 OURS = re.compile(r"kinetis_queue\.[EW]0\d\d")
 
 
@@ -50,9 +51,8 @@ def test_an_unknown_database_alias_is_e001_with_the_known_aliases() -> None:
 
 
 def test_a_missing_client_library_is_e002_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(
-        conf.BUILTIN_BACKENDS, "redis", ("kinetis_queue.backends.redis.RedisQueue", "no_such_client_library", "redis")
-    )
+    redis = conf.builtin_backends()["redis"]
+    monkeypatch.setitem(conf.builtin_backends(), "redis", dataclasses.replace(redis, client="no_such_client_library"))
     with override_settings(KINETIS_QUEUE=queue_setting(a={"BACKEND": "redis", "URL": "redis://x"})):
         [message] = [m for m in run_checks() if m.id == "kinetis_queue.E002"]
     assert "pip install 'kinetis-queue[redis]'" in message.msg

@@ -20,8 +20,8 @@ from django.test import override_settings
 from kinetis_queue import queues
 from kinetis_queue.backends.sql import SqlQueue
 from kinetis_queue.contracts import Queue, QueueStats
-from kinetis_queue.supervisor import child_command
 from kinetis_queue.worker import Worker
+from kinetis_queue.worker.supervisor import child_command
 from tests import jobs
 from tests.integrations.test_dispatch import DEAD_STORE
 

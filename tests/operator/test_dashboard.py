@@ -18,14 +18,15 @@ import pytest
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from kinetis_queue import queues, status
+from kinetis_queue import queues
 from kinetis_queue.contracts import QueuedJob
 from kinetis_queue.control import paused_queues, resume
 from kinetis_queue.dashboard import charts
 from kinetis_queue.models import FailedJob, RestartMarker
+from kinetis_queue.observability import status
 from kinetis_queue.observability.models import HistoryMinute, WorkerRecord
 from kinetis_queue.observability.tally import BUCKETS
-from kinetis_queue.restart import DatabaseRestartMarker
+from kinetis_queue.worker.restart import DatabaseRestartMarker
 from tests import jobs
 from tests.operator.test_admin import SECRET, STATUS_SETTINGS, client_for
 

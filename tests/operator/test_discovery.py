@@ -1,4 +1,5 @@
-"""Discovery (kinetis_queue/registry.py): the jobs and tasks modules of INSTALLED_APPS and KINETIS_QUEUE["IMPORTS"].
+"""Discovery (kinetis_queue/payload/registry.py): the jobs and tasks modules of INSTALLED_APPS and
+KINETIS_QUEUE["IMPORTS"].
 
 A discovery module that fails to import is reported with its real error by ``manage.py check``
 (kinetis_queue.E004) and stops ``queue_work``; it never crashes Django's start-up. Job classes of
@@ -17,9 +18,10 @@ import pytest
 from django.core.checks import run_checks
 from django.test import override_settings
 
-from kinetis_queue import conf, queues, registry
+from kinetis_queue import conf, queues
 from kinetis_queue.exceptions import QueueConfigurationError
 from kinetis_queue.models import FailedJob
+from kinetis_queue.payload import registry
 from tests import jobs
 from tests.settings import KINETIS_QUEUE
 

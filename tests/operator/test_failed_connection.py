@@ -15,8 +15,9 @@ from django.conf import settings
 from django.core.management import call_command
 from django.test import override_settings
 
-from kinetis_queue import failed, queues, status
+from kinetis_queue import failed, queues
 from kinetis_queue.models import FailedJob
+from kinetis_queue.observability import status
 from kinetis_queue.worker import Worker
 from tests import jobs
 

@@ -19,7 +19,7 @@ from kinetis_queue.observability import setup
 from kinetis_queue.observability.history import WRITER
 from kinetis_queue.observability.logs import PlainFormatter
 from kinetis_queue.observability.tally import TALLY
-from kinetis_queue.registry import UNKNOWN_NAME
+from kinetis_queue.payload.registry import UNKNOWN_NAME
 from kinetis_queue.worker import Worker
 from tests.support.backends import Backend
 from tests.support.helpers import connections_only

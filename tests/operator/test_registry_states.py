@@ -12,12 +12,11 @@ from typing import Any, cast
 
 import pytest
 
-from kinetis_queue import status
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.control import pause, resume
 from kinetis_queue.limits import slot_key, slot_store_of
 from kinetis_queue.models import WorkerRecord
-from kinetis_queue.observability import registry
+from kinetis_queue.observability import registry, status
 from kinetis_queue.observability.registry import STALLED_AFTER, WorkerRegistry, database_clock, ready_jobs, workers
 from kinetis_queue.outcomes import JobOutcome, JobReport
 from kinetis_queue.worker import Worker

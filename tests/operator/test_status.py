@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import json
 from collections.abc import Iterator
@@ -12,10 +13,11 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from kinetis_queue import connections, status
+from kinetis_queue import connections
 from kinetis_queue.contracts import DisposableQueue, Queue
 from kinetis_queue.models import FailedJob, RestartMarker
-from kinetis_queue.restart import DatabaseRestartMarker
+from kinetis_queue.observability import status
+from kinetis_queue.worker.restart import DatabaseRestartMarker
 from tests import jobs
 from tests.support.backends import Backend
 from tests.support.fixtures import BACKEND_SUPPORT
@@ -228,9 +230,8 @@ def test_queue_restart_reports_a_connection_it_cannot_reach_and_restarts_the_oth
 ) -> None:
     from kinetis_queue import conf
 
-    monkeypatch.setitem(
-        conf.BUILTIN_BACKENDS, "redis", ("kinetis_queue.backends.redis.RedisQueue", "no_such_client_library", "redis")
-    )
+    redis = conf.builtin_backends()["redis"]
+    monkeypatch.setitem(conf.builtin_backends(), "redis", dataclasses.replace(redis, client="no_such_client_library"))
     sqlite = DatabaseRestartMarker("sqlite")
     first = sqlite.read()
     setting = {

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import connections as db_connections
 
-from kinetis_queue import status
+from kinetis_queue.observability import status
 
 SCHEMA = "kq_status_unmigrated"
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.test import override_settings
 
-from kinetis_queue import connections, status
+from kinetis_queue import connections
 from kinetis_queue.backends.rabbitmq import RabbitMqQueue
+from kinetis_queue.observability import status
 
 
 def test_a_backend_that_cannot_list_queues_reports_the_default_queue() -> None:

@@ -11,9 +11,10 @@ import pytest
 from django.db import DatabaseError
 from django.db import connections as db_connections
 
-from kinetis_queue import connections, tables
-from kinetis_queue.checks import check_tables
+from kinetis_queue import connections
+from kinetis_queue.conf.checks import check_tables
 from kinetis_queue.contracts import DisposableQueue
+from kinetis_queue.db import tables
 
 
 def closed_port() -> int:

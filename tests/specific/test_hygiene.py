@@ -1,4 +1,4 @@
-"""kinetis_queue.hygiene writes Django's private connection attributes: pinned here on every supported Django.
+"""kinetis_queue.worker.hygiene writes Django's private connection attributes: pinned here on every supported Django.
 
 This module is collected as core, so it runs on Django 6 and on Django 5.2 LTS (``-m core``), on each
 SQL vendor. A Django release that renames or reinterprets one of those attributes fails it first.
@@ -15,10 +15,10 @@ from django.db import connections as db_connections
 from django.db import transaction
 
 from kinetis_queue import queues
-from kinetis_queue.hygiene import abandon_transaction, reset_connections
 from kinetis_queue.job import JobContext
 from kinetis_queue.models import FailedJob
 from kinetis_queue.worker import Worker
+from kinetis_queue.worker.hygiene import abandon_transaction, reset_connections
 from tests import jobs
 
 ALIASES = ["default", "postgres", "mariadb"]

@@ -27,7 +27,7 @@ from django.test import override_settings
 from kinetis_queue import conf, connections
 from kinetis_queue.backends.redis import RedisHandle, RedisQueue
 from kinetis_queue.backends.redis.queue import DELAYED_PROMOTION_BATCH_SIZE, LEASE_RECLAIM_BATCH_SIZE
-from kinetis_queue.checks import check_settings
+from kinetis_queue.conf.checks import check_settings
 from kinetis_queue.contracts import JobSettlement, QueuedJob
 from kinetis_queue.exceptions import (
     InvalidQueueArgumentError,

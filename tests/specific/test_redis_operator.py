@@ -19,7 +19,7 @@ from django.core.management import call_command
 from kinetis_queue import conf, queues
 from kinetis_queue.backends.redis import RedisQueue
 from kinetis_queue.backends.redis.restart import RedisRestartMarker
-from kinetis_queue.restart import DatabaseRestartMarker, marker_for
+from kinetis_queue.worker.restart import DatabaseRestartMarker, marker_for
 from tests import jobs, operator_jobs
 from tests.settings import REDIS_PREFIX, REDIS_URL
 from tests.specific.test_worker_limits import Running

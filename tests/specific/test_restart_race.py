@@ -15,7 +15,7 @@ from django.db import connections, transaction
 from django.test import override_settings
 
 from kinetis_queue.models import RestartMarker
-from kinetis_queue.restart import DatabaseRestartMarker
+from kinetis_queue.worker.restart import DatabaseRestartMarker
 from tests.support.helpers import wait_until
 
 

@@ -25,11 +25,11 @@ from kinetis_queue import connections as queue_connections
 from kinetis_queue.backends.sql import SqlQueue
 from kinetis_queue.backends.sql.pooling import _same_host, owns_its_session, transaction_pooled
 from kinetis_queue.backends.sql.queue import POLLING_POLL_PAUSE
-from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.conf import connection_settings
 from kinetis_queue.exceptions import QueueConfigurationError
 from kinetis_queue.models import OutboxRecord
 from kinetis_queue.outbox.relay import Relay
+from kinetis_queue.worker.background import BackgroundLoop
 from tests.jobs import Noop
 
 

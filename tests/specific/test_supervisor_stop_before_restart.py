@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-from kinetis_queue.supervisor import Supervisor
+from kinetis_queue.worker.supervisor import Supervisor
 
 
 def test_a_stop_during_the_restart_pause_cancels_the_restart() -> None:

@@ -1,11 +1,9 @@
-"""What the worker does between the pop and the attempt (kinetis_queue/delivery.py ``_admit``) and with the slots it
-holds (kinetis_queue/limits/keeper.py), where the conformance suite does not reach: a slot given back when the
-delivery is superseded or its lock store fails, a skip or a deferral refused as stale, a bad concurrency key,
-unreadable lock data, slot renewals that fail or run slow, a slot that cannot be given back.
-
-Redis with its outbox (and so its unique locks) in SQLite ("redislite") has both a store of its own for the
-slots and the Django-database lock store, whose debounced pushes supersede a waiting delivery.
-"""
+"""What the worker does between the pop and the attempt (kinetis_queue/worker/delivery.py ``_admit``) and with the
+slots it holds (kinetis_queue/limits/keeper.py), where the conformance suite does not reach: a slot given back when
+the delivery is superseded or its lock store fails, a skip or a deferral refused as stale, a bad concurrency key,
+unreadable lock data, slot renewals that fail or run slow, a slot that cannot be given back. Redis with its outbox
+(and so its unique locks) in SQLite ("redislite") has both a store of its own for the slots and the Django-database
+lock store, whose debounced pushes supersede a waiting delivery."""
 
 from __future__ import annotations
 

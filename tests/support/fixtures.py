@@ -251,7 +251,7 @@ class RabbitMqTestQueues:
         from dataclasses import replace
 
         from kinetis_queue.contracts import PreparedPush
-        from kinetis_queue.envelope import new_envelope
+        from kinetis_queue.payload.envelope import new_envelope
 
         deadline = time.monotonic() + REWRITE_WAIT
         while time.monotonic() < deadline:

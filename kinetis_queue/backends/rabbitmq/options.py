@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from kinetis_queue.schema import BackendOptions, KeyPath, Option, fail, integer
+from kinetis_queue.schema import BackendOptions, BuiltinBackend, KeyPath, Option, fail, integer
 
 #: Used when a connection sets no URL.
 DEFAULT_URL: Final = "amqp://guest:guest@localhost:5672//"
@@ -41,4 +41,8 @@ OPTIONS = BackendOptions(
         Option("SLOT_LEASE", DEFAULT_SLOT_LEASE, integer(1, 86_400)),
         Option("QUEUE_TYPE", "classic", _queue_type),
     )
+)
+#: This backend, as conf finds it (kinetis_queue.conf.builtin_backends).
+BACKEND = BuiltinBackend(
+    "rabbitmq", "kinetis_queue.backends.rabbitmq.RabbitMqQueue", OPTIONS, client="amqp", extra="rabbitmq"
 )

@@ -36,15 +36,6 @@ from kinetis_queue.contracts import (
     Reserved,
     StoreRefusal,
 )
-from kinetis_queue.envelope import (
-    Envelope,
-    decode_body,
-    dumps,
-    encode_body,
-    envelope_from_body,
-    loads,
-    settle_if_malformed,
-)
 from kinetis_queue.exceptions import (
     ConnectionFailedError,
     InvalidQueueArgumentError,
@@ -56,6 +47,15 @@ from kinetis_queue.exceptions import (
     StaleJobHandleError,
 )
 from kinetis_queue.limits import OwnSlotLease
+from kinetis_queue.payload.envelope import (
+    Envelope,
+    decode_body,
+    dumps,
+    encode_body,
+    envelope_from_body,
+    loads,
+    settle_if_malformed,
+)
 from kinetis_queue.validation import validate_queue_name
 
 logger = logging.getLogger("kinetis_queue.rabbitmq")

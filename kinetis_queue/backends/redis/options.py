@@ -14,7 +14,7 @@ from typing import Any, Final
 from django.conf import settings
 
 from kinetis_queue.exceptions import QueueConfigurationError
-from kinetis_queue.schema import BackendOptions, KeyPath, Option, fail, integer, key, number
+from kinetis_queue.schema import BackendOptions, BuiltinBackend, KeyPath, Option, fail, integer, key, number
 
 #: Django's own Redis cache, and django-redis's (whose OPTIONS hold connection settings under other
 #: names): a CACHE connection may reuse their settings.
@@ -112,3 +112,5 @@ OPTIONS = BackendOptions(
     ),
     check_entry=_server,
 )
+#: This backend, as conf finds it (kinetis_queue.conf.builtin_backends).
+BACKEND = BuiltinBackend("redis", "kinetis_queue.backends.redis.RedisQueue", OPTIONS, client="redis", extra="redis")

@@ -27,7 +27,6 @@ from kinetis_queue.contracts import (
     Reserved,
     StoreRefusal,
 )
-from kinetis_queue.envelope import Envelope, decode_envelope
 from kinetis_queue.exceptions import (
     ConnectionFailedError,
     InvalidQueueArgumentError,
@@ -37,6 +36,7 @@ from kinetis_queue.exceptions import (
     StaleJobHandleError,
 )
 from kinetis_queue.limits import OwnSlotStore
+from kinetis_queue.payload.envelope import Envelope, decode_envelope
 from kinetis_queue.unique import OwnLockStore
 from kinetis_queue.validation import QUEUE_NAME
 
@@ -530,7 +530,7 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue, OwnLockStore, 
         return sorted(names)
 
     def restart_marker(self) -> RedisRestartMarker:
-        """This connection's restart generation (kinetis_queue.restart), on this server next to its queues.
+        """This connection's restart generation (kinetis_queue.worker.restart), on this server next to its queues.
 
         The key is ``{PREFIX}kinetis_queue:restart:{connection}:generation``: a queue's keys have
         three parts, so no queue name can produce it.

@@ -13,7 +13,7 @@ class RedisRestartMarker:
     """A connection's restart generation as one Redis integer key: ``GET`` to read, ``INCR`` to bump.
 
     Every worker of the connection reads the same server, wherever it runs, so ``queue_restart``
-    reaches them without the database (kinetis_queue.restart). A missing key is generation 0.
+    reaches them without the database (kinetis_queue.worker.restart). A missing key is generation 0.
     """
 
     def __init__(self, client: RedisClient | ClusterClient, key: str) -> None:

@@ -8,7 +8,7 @@ from django.conf import settings
 
 from kinetis_queue.backends.sql.timeouts import DEFAULT_OPERATION_TIMEOUT
 from kinetis_queue.contracts import SWEEP_PAUSE
-from kinetis_queue.schema import BackendOptions, KeyPath, Option, boolean, fail, number, optional
+from kinetis_queue.schema import BackendOptions, BuiltinBackend, KeyPath, Option, boolean, fail, number, optional
 
 #: What is wrong with a DATABASE that is not an alias in DATABASES (the system check adds the known ones).
 UNKNOWN_ALIAS: Final = "must name an alias in DATABASES"
@@ -35,3 +35,5 @@ OPTIONS = BackendOptions(
         Option("POLL_PAUSE", None, optional(number(0, SWEEP_PAUSE, low_open=True))),
     )
 )
+#: This backend, as conf finds it (kinetis_queue.conf.builtin_backends).
+BACKEND = BuiltinBackend("sql", "kinetis_queue.backends.sql.SqlQueue", OPTIONS)

@@ -31,7 +31,8 @@ from kinetis_queue.contracts import (
     Reserved,
     Withdrawal,
 )
-from kinetis_queue.envelope import (
+from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedJobSettledError, StaleJobHandleError
+from kinetis_queue.payload.envelope import (
     Envelope,
     decode_fields,
     decode_queue_name,
@@ -39,7 +40,6 @@ from kinetis_queue.envelope import (
     loads,
     settle_if_malformed,
 )
-from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedJobSettledError, StaleJobHandleError
 from kinetis_queue.unique import OwnLockStore
 
 #: The jobs table (models.QueuedJobRecord), named in every statement below.

@@ -1,7 +1,7 @@
 """Whether a table exists in a Django database, and the clear error when a statement met a missing one.
 
 The SQL backend's own ``push()``/``pop()`` use ``explain()`` after the database refused a statement;
-kinetis_queue/tables.py (the app's tables before a command starts) and the system checks use
+kinetis_queue/db/tables.py (the app's tables before a command starts) and the system checks use
 ``missing()``. Nothing here runs on a hot path.
 """
 

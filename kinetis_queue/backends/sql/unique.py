@@ -28,8 +28,8 @@ from django.db.backends.utils import CursorWrapper
 
 from kinetis_queue.backends.sql.tables import explain
 from kinetis_queue.contracts import PreparedPush, Queue
-from kinetis_queue.envelope import dumps
 from kinetis_queue.exceptions import DuplicateJobError
+from kinetis_queue.payload.envelope import dumps
 from kinetis_queue.unique import LockStore, UniqueLock, Until
 
 if TYPE_CHECKING:

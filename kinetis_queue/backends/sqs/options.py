@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from kinetis_queue.schema import BackendOptions, KeyPath, Option, boolean, fail
+from kinetis_queue.schema import BackendOptions, BuiltinBackend, KeyPath, Option, boolean, fail
 
 #: ChangeMessageVisibility's and ReceiveMessage's VisibilityTimeout ceiling: 12 hours.
 MAX_VISIBILITY_TIMEOUT: Final = 43200
@@ -58,3 +58,5 @@ OPTIONS = BackendOptions(
     ),
     max_visibility_timeout=MAX_VISIBILITY_TIMEOUT,
 )
+#: This backend, as conf finds it (kinetis_queue.conf.builtin_backends).
+BACKEND = BuiltinBackend("sqs", "kinetis_queue.backends.sqs.SqsQueue", OPTIONS, client="boto3", extra="sqs")

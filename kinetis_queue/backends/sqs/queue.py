@@ -39,7 +39,16 @@ from kinetis_queue.contracts import (
     Reserved,
     StoreRefusal,
 )
-from kinetis_queue.envelope import (
+from kinetis_queue.exceptions import (
+    ConnectionFailedError,
+    InvalidQueueArgumentError,
+    MalformedJobSettledError,
+    MalformedQueuedJobDataError,
+    OutcomeUnknownError,
+    QueueConfigurationError,
+    StaleJobHandleError,
+)
+from kinetis_queue.payload.envelope import (
     Envelope,
     decode_body,
     decode_metadata,
@@ -49,15 +58,6 @@ from kinetis_queue.envelope import (
     expect,
     loads,
     settle_if_malformed,
-)
-from kinetis_queue.exceptions import (
-    ConnectionFailedError,
-    InvalidQueueArgumentError,
-    MalformedJobSettledError,
-    MalformedQueuedJobDataError,
-    OutcomeUnknownError,
-    QueueConfigurationError,
-    StaleJobHandleError,
 )
 from kinetis_queue.validation import MAX_COUNTER, validate_queue_list, validate_queue_name, validate_timeout
 

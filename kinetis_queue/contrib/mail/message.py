@@ -30,8 +30,8 @@ from django.core.mail.utils import DNS_NAME
 from django.utils.encoding import force_str
 from django.utils.timezone import get_current_timezone
 
-from kinetis_queue.envelope import dumps
 from kinetis_queue.exceptions import JobReconstructionError, KinetisQueueError
+from kinetis_queue.payload.envelope import dumps
 
 #: The payload's format; a worker refuses any other (the contract: mail jobs carry an inner version).
 PAYLOAD_VERSION: Final = 1

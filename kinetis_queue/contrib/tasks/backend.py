@@ -25,7 +25,7 @@ from django.db import DatabaseError, router, transaction
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 
-from kinetis_queue import conf, connections, registry, signals
+from kinetis_queue import conf, connections, signals
 from kinetis_queue.backends.sql.tables import explain
 from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
 from kinetis_queue.contrib.tasks.compat import (
@@ -44,14 +44,15 @@ from kinetis_queue.contrib.tasks.compat import (
 )
 from kinetis_queue.contrib.tasks.options import KinetisTask, validate_options
 from kinetis_queue.contrib.tasks.results import TaskResultRecord
+from kinetis_queue.db.transactions import write_atomic
 from kinetis_queue.dispatch import push_after_commit
 from kinetis_queue.exceptions import JobReconstructionError, KinetisQueueError
 from kinetis_queue.job import Job, JobContext, Sensitive, Snooze
-from kinetis_queue.job_timeout import TIMEOUT_KEY
 from kinetis_queue.limits import DEFAULT_DELAY, ConcurrencyLimit
-from kinetis_queue.settlement import RETRY_KEY
-from kinetis_queue.transactions import write_atomic
+from kinetis_queue.payload import registry
 from kinetis_queue.validation import MAX_QUEUE_NAME, QUEUE_NAME
+from kinetis_queue.worker.job_timeout import TIMEOUT_KEY
+from kinetis_queue.worker.settlement import RETRY_KEY
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -296,7 +297,7 @@ def _push_options(task: AnyTask, args: list[Any], kwargs: dict[str, Any]) -> dic
 
 def _with_attempt_rules(prepared: PreparedPush, task: AnyTask) -> PreparedPush:
     """``prepared`` with the task's retry rule and time limit in its envelope's metadata, where the worker
-    reads them (kinetis_queue.settlement.RETRY_KEY, kinetis_queue.job_timeout.TIMEOUT_KEY)."""
+    reads them (kinetis_queue.worker.settlement.RETRY_KEY, kinetis_queue.worker.job_timeout.TIMEOUT_KEY)."""
     if not isinstance(task, KinetisTask):
         return prepared
     extra: dict[str, Any] = {}

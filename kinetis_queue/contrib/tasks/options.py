@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from kinetis_queue.contrib.tasks.compat import InvalidTask, Task
 from kinetis_queue.limits import MAX_KEY_LENGTH as MAX_CONCURRENCY_KEY
 from kinetis_queue.limits import MAX_SLOTS
-from kinetis_queue.settlement import BACKOFFS
 from kinetis_queue.unique import MAX_UNIQUE_FOR, Until
 from kinetis_queue.validation import MAX_RETRY_DELAY
+from kinetis_queue.worker.settlement import BACKOFFS
 
 #: The options KinetisTask adds to Django's Task, in the order the docs list them.
 OPTION_NAMES = (

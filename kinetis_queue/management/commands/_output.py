@@ -1,4 +1,4 @@
-"""The queue_* commands' base: whatever they write goes through printable() (kinetis_queue/printable.py).
+"""The queue_* commands' base: whatever they write goes through printable() (kinetis_queue/payload/printable.py).
 
 A job's name, a queue's task name or an exception's text may come from a payload; written raw, an
 ``ESC[2J`` in it would clear the operator's screen. Every command here subclasses QueueCommand, whose
@@ -13,7 +13,7 @@ from typing import TextIO, cast
 
 from django.core.management.base import BaseCommand, OutputWrapper
 
-from kinetis_queue.printable import printable
+from kinetis_queue.payload.printable import printable
 
 
 class PrintableOutput(OutputWrapper):

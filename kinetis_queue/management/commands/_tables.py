@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Sequence
 
-from kinetis_queue.printable import printable
+from kinetis_queue.payload.printable import printable
 
 
 def table(rows: Sequence[Sequence[str]], numeric: Container[int] = ()) -> list[str]:

@@ -6,10 +6,11 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from kinetis_queue import conf, tables
+from kinetis_queue import conf
 from kinetis_queue.connections import backend_class
 from kinetis_queue.control import Withdrawal, cancel_job
 from kinetis_queue.control.models import Cancellation
+from kinetis_queue.db import tables
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name, job_id
 from kinetis_queue.management.commands._output import QueueCommand

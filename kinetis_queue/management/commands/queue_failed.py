@@ -6,7 +6,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from kinetis_queue import failed, tables
+from kinetis_queue import failed
+from kinetis_queue.db import tables
 from kinetis_queue.management.commands._arguments import connection_name, queue_name
 from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.management.commands._tables import table

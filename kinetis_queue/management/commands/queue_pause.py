@@ -6,8 +6,9 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from kinetis_queue import control, tables
+from kinetis_queue import control
 from kinetis_queue.control.models import PausedQueue
+from kinetis_queue.db import tables
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name, queue_name
 from kinetis_queue.management.commands._output import QueueCommand

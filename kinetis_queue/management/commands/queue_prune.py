@@ -8,7 +8,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from kinetis_queue import control, failed, tables
+from kinetis_queue import control, failed
+from kinetis_queue.db import tables
 from kinetis_queue.limits import database as limits_database
 from kinetis_queue.management.commands._arguments import positive_number
 from kinetis_queue.management.commands._output import QueueCommand

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from kinetis_queue import tables
 from kinetis_queue.contrib.tasks.results import TaskResultRecord, prune
+from kinetis_queue.db import tables
 from kinetis_queue.management.commands._output import QueueCommand
 
 

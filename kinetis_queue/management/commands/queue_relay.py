@@ -14,12 +14,12 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from kinetis_queue import conf, connections
-from kinetis_queue.background import BackgroundLoop
 from kinetis_queue.contracts import DisposableQueue, Queue
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name
 from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.outbox.relay import Relay
+from kinetis_queue.worker.background import BackgroundLoop
 
 
 class Command(QueueCommand):

@@ -6,12 +6,13 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from kinetis_queue import conf, connections, tables
+from kinetis_queue import conf, connections
 from kinetis_queue.contracts import DisposableQueue, Queue
+from kinetis_queue.db import tables
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name
 from kinetis_queue.management.commands._output import QueueCommand
-from kinetis_queue.restart import DatabaseRestartMarker, has_own_marker
+from kinetis_queue.worker.restart import DatabaseRestartMarker, has_own_marker
 
 
 class Command(QueueCommand):

@@ -6,7 +6,8 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from kinetis_queue import failed, tables
+from kinetis_queue import failed
+from kinetis_queue.db import tables
 from kinetis_queue.management.commands._arguments import record_id
 from kinetis_queue.management.commands._output import QueueCommand
 

@@ -8,12 +8,12 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from kinetis_queue import conf, status
+from kinetis_queue import conf
 from kinetis_queue.exceptions import KinetisQueueError, QueueTablesMissingError
 from kinetis_queue.management.commands._arguments import connection_name, positive_int, queue_list
 from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.management.commands._tables import table
-from kinetis_queue.observability import history
+from kinetis_queue.observability import history, status
 from kinetis_queue.workflows import engine as workflow_engine
 
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from kinetis_queue import conf, connections, registry, tables
-from kinetis_queue.background import BackgroundLoop
+from kinetis_queue import conf, connections
 from kinetis_queue.contracts import DisposableQueue, Queue, RenewableQueue
+from kinetis_queue.db import tables
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands import _reload
 from kinetis_queue.management.commands._arguments import (
@@ -27,11 +27,13 @@ from kinetis_queue.management.commands._arguments import (
 )
 from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.observability.logs import PlainFormatter
-from kinetis_queue.printable import printable
-from kinetis_queue.restart import marker_for
+from kinetis_queue.payload import registry
+from kinetis_queue.payload.printable import printable
 from kinetis_queue.validation import MAX_RETRY_DELAY
 from kinetis_queue.worker import DEFAULT_PREFETCH, ExitReason, JobOutcome, JobReport, Worker
-from kinetis_queue.worker_log import JOB_LOGGER
+from kinetis_queue.worker.background import BackgroundLoop
+from kinetis_queue.worker.log import JOB_LOGGER
+from kinetis_queue.worker.restart import marker_for
 
 if TYPE_CHECKING:
     from kinetis_queue.hooks import DeliveryHooks
@@ -336,7 +338,7 @@ class Command(QueueCommand):
         return watcher
 
     def _supervise(self, processes: int, verbosity: int) -> None:
-        from kinetis_queue.supervisor import supervise
+        from kinetis_queue.worker.supervisor import supervise
 
         def say(line: str) -> None:
             if verbosity >= 1:
@@ -469,7 +471,7 @@ def _declared_schedules() -> list[Schedule]:
 
 
 def _start_scheduler(schedules: list[Schedule]) -> BackgroundLoop | None:
-    """A scheduler thread beside the worker when there is anything to fire (kinetis_queue.background).
+    """A scheduler thread beside the worker when there is anything to fire (kinetis_queue.worker.background).
 
     A thread, not a step of the reserving loop: the loop waits natively for the next job (BLMOVE, LISTEN,
     a long poll, a consumer) for up to the poll timeout, and cutting those waits short at every tick would

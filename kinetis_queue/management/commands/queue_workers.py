@@ -8,11 +8,12 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from kinetis_queue import conf, status
+from kinetis_queue import conf
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.management.commands._arguments import connection_name
 from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.management.commands._tables import table
+from kinetis_queue.observability import status
 from kinetis_queue.observability.registry import GONE_AFTER, database_clock, ready_jobs, workers
 
 

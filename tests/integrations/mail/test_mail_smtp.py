@@ -16,7 +16,7 @@ from django.core.management import call_command
 
 from kinetis_queue import queues
 from kinetis_queue.models import FailedJob
-from kinetis_queue.redaction import shown_args, shown_exception
+from kinetis_queue.payload.redaction import shown_args, shown_exception
 from kinetis_queue.worker import Worker
 from tests.integrations.mail.conftest import SMTP, SmtpServer, needs_mailers, queued_mail
 from tests.integrations.mail.messages import BODY, PNG, RECIPIENT, SUBJECT, full_message

@@ -13,10 +13,11 @@ import pytest
 from django.test import override_settings
 from django.urls import reverse
 
-from kinetis_queue import queues, status
+from kinetis_queue import queues
 from kinetis_queue.control import paused_queues
 from kinetis_queue.models import FailedJob
-from kinetis_queue.restart import DatabaseRestartMarker
+from kinetis_queue.observability import status
+from kinetis_queue.worker.restart import DatabaseRestartMarker
 from tests import jobs
 from tests.operator.browser.support import Session, WebDriverWait, start_chromium
 from tests.operator.test_admin import SECRET

@@ -18,9 +18,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 from kinetis_queue.contracts import QueuedJob
-from kinetis_queue.envelope import decode_args, dumps, loads
 from kinetis_queue.job import Job, resolve_job_class
-from kinetis_queue.serializer import shown_parameters, typed_parameters
+from kinetis_queue.payload.envelope import decode_args, dumps, loads
+from kinetis_queue.payload.serializer import shown_parameters, typed_parameters
 
 if TYPE_CHECKING:
     from kinetis_queue.models import FailedJob

@@ -567,7 +567,7 @@ def _restore_arg(class_path: str, param: _Param, stored: Any) -> Any:
 
 
 # --------------------------------------------------------------------------------------------------
-# What redaction needs to know (the rules themselves are in kinetis_queue.redaction)
+# What redaction needs to know (the rules themselves are in kinetis_queue.payload.redaction)
 
 
 def shown_parameters(job_class: type[Job]) -> frozenset[str]:

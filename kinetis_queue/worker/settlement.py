@@ -4,7 +4,7 @@ After handle() returned or raised, exactly one of: ack (success), release with a
 record then fail (attempts exhausted), or store a replacement then ack (``Snooze``). A settlement
 refused as stale is a lost delivery, never an error of the worker. Each outcome is logged and
 signalled afterwards; logs and signals are observers and cannot change it (contract: "Worker
-lifecycle"). Argument values reach neither: kinetis_queue.redaction decides what they show.
+lifecycle"). Argument values reach neither: kinetis_queue.payload.redaction decides what they show.
 """
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ from typing import Any, Final, Protocol
 
 from kinetis_queue import crashpoints, signals
 from kinetis_queue.contracts import JobSettlement, PreparedPush, Queue, QueuedJob
-from kinetis_queue.envelope import Envelope
 from kinetis_queue.exceptions import StaleJobHandleError
 from kinetis_queue.failed import MAX_RECORDED_TEXT, FailedJobRecorder, exception_text, storable
-from kinetis_queue.heartbeat import RenewalReport
 from kinetis_queue.hooks import DeliveryHooks
 from kinetis_queue.job import Snooze
 from kinetis_queue.outcomes import AtLimit, JobOutcome, SkipDelivery
-from kinetis_queue.redaction import display_json, for_observers, scrub_for
+from kinetis_queue.payload.envelope import Envelope
+from kinetis_queue.payload.redaction import display_json, for_observers, scrub_for
 from kinetis_queue.validation import MAX_RETRY_DELAY
 from kinetis_queue.values import PERMANENT_ERRORS
-from kinetis_queue.worker_log import attempt_of, contained, describe, job_name, logger
+from kinetis_queue.worker.heartbeat import RenewalReport
+from kinetis_queue.worker.log import attempt_of, contained, describe, job_name, logger
 
 #: The doubling stops here so a high attempt count cannot overflow.
 MAX_RETRY_EXPONENT: Final = 10
@@ -243,7 +243,7 @@ class Settler:
         report: RenewalReport | None,
         log_context: dict[str, Any] | None = None,
     ) -> JobOutcome:
-        """Log and signal what a deferred ack (kinetis_queue.ack_batch) became: None, acked; else refused."""
+        """Log and signal what a deferred ack (kinetis_queue.worker.acks) became: None, acked; else refused."""
         try:
             if stale is not None:
                 return self._lost(job, JobSettlement.ACK, stale, None)

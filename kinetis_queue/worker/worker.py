@@ -6,12 +6,12 @@ stop the heartbeat; settle (recording a final failure first); then report the ou
 logs and signals, which are observers and can never change it. A job that raises
 ``kinetis_queue.job.Snooze`` is neither a success nor a failure: it is put back.
 
-The steps have their own modules: kinetis_queue.delivery (one delivery from attempt to report),
-kinetis_queue.dispatcher (run()'s reserving loop, ``concurrency`` slots, prefetch and the clean
-stop), kinetis_queue.ack_batch (deferred acks), kinetis_queue.hygiene (Django connections around
-each job), kinetis_queue.job_timeout and kinetis_queue.timeout_watchdog (the ``job_timeout``
-limit), kinetis_queue.async_loop (``async def handle``), kinetis_queue.settlement (the transition
-and its logs and signals), kinetis_queue.run_limits (when run() stops on its own),
+The steps have their own modules: kinetis_queue.worker.delivery (one delivery from attempt to report),
+kinetis_queue.worker.dispatcher (run()'s reserving loop, ``concurrency`` slots, prefetch and the clean
+stop), kinetis_queue.worker.acks (deferred acks), kinetis_queue.worker.hygiene (Django connections around
+each job), kinetis_queue.worker.job_timeout and kinetis_queue.worker.timeout_watchdog (the ``job_timeout``
+limit), kinetis_queue.worker.async_loop (``async def handle``), kinetis_queue.worker.settlement (the transition
+and its logs and signals), kinetis_queue.worker.run_limits (when run() stops on its own),
 kinetis_queue.outcomes (what run() and each job report).
 
 For production, ``run()`` also stops on limits (``max_jobs``, ``max_time``, ``memory``), on a
@@ -30,21 +30,21 @@ from typing import TYPE_CHECKING, Any, Final, Self
 
 from kinetis_queue import crashpoints
 from kinetis_queue.contracts import Queue, RenewableQueue
-from kinetis_queue.delivery import DeliveryRunner
-from kinetis_queue.dispatcher import Dispatcher
 from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedJobSettledError
 from kinetis_queue.failed import FailedJobRecorder, ModelRecorder
-from kinetis_queue.heartbeat import Heartbeat
 from kinetis_queue.hooks import PAUSED_WAIT, DeliveryHooks
 from kinetis_queue.middleware import worker_hooks
 from kinetis_queue.outcomes import ExitReason, JobOutcome, JobReport
-from kinetis_queue.run_limits import RunLimits, positive_limit
-from kinetis_queue.settlement import retry_delay
 from kinetis_queue.validation import MAX_RETRY_DELAY, validate_queue_list, validate_timeout
-from kinetis_queue.worker_log import contained, logger
+from kinetis_queue.worker.delivery import DeliveryRunner
+from kinetis_queue.worker.dispatcher import Dispatcher
+from kinetis_queue.worker.heartbeat import Heartbeat
+from kinetis_queue.worker.log import contained, logger
+from kinetis_queue.worker.run_limits import RunLimits, positive_limit
+from kinetis_queue.worker.settlement import retry_delay
 
 if TYPE_CHECKING:
-    from kinetis_queue.restart import RestartMarker
+    from kinetis_queue.worker.restart import RestartMarker
 
 # Imported from here by the command, the tests and users: the worker's public names.
 __all__ = ["MAX_RETRY_DELAY", "ExitReason", "JobOutcome", "JobReport", "Worker", "retry_delay"]

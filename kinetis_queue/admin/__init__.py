@@ -37,9 +37,11 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import mark_safe
 from django.utils.text import capfirst
 
-from kinetis_queue import control, failed, redaction, status
+from kinetis_queue import control, failed
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.models import FailedJob
+from kinetis_queue.observability import status
+from kinetis_queue.payload import redaction
 from kinetis_queue.validation import validate_queue_name
 from kinetis_queue.workflows import engine as workflow_engine
 

@@ -8,17 +8,31 @@ the top-level and shared keys itself and asks each backend for the schema of its
 
 from __future__ import annotations
 
+import functools
 import importlib
+import pkgutil
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Network, IPv6Network, ip_network
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
 from kinetis_queue.exceptions import QueueConfigurationError
-from kinetis_queue.schema import BackendOptions, KeyPath, Option, boolean, fail, integer, key, number, optional
+from kinetis_queue.schema import (
+    BackendOptions,
+    BuiltinBackend,
+    KeyPath,
+    Option,
+    boolean,
+    fail,
+    integer,
+    key,
+    number,
+    optional,
+)
 from kinetis_queue.validation import CONNECTION_NAME, MAX_COUNTER, MAX_RETRY_DELAY, QUEUE_NAME
 
 #: Used when KINETIS_QUEUE is not set: one SQL connection on the default database.
@@ -27,23 +41,22 @@ DEFAULT_SETTING: dict[str, Any] = {
     "CONNECTIONS": {"default": {"BACKEND": "sql", "DATABASE": "default"}},
 }
 
-#: Built-in backends: name -> (dotted class path, client module that must be importable, pip extra).
-BUILTIN_BACKENDS: dict[str, tuple[str, str | None, str | None]] = {
-    "sync": ("kinetis_queue.backends.sync.SyncQueue", None, None),
-    "sql": ("kinetis_queue.backends.sql.SqlQueue", None, None),
-    "redis": ("kinetis_queue.backends.redis.RedisQueue", "redis", "redis"),
-    "sqs": ("kinetis_queue.backends.sqs.SqsQueue", "boto3", "sqs"),
-    "rabbitmq": ("kinetis_queue.backends.rabbitmq.RabbitMqQueue", "amqp", "rabbitmq"),
-}
+#: Where the built-in backends live: each declares itself there (BACKEND, a schema.BuiltinBackend).
+BACKENDS_DIRECTORY = Path(__file__).resolve().parent.parent / "backends"
 
-#: Where each built-in backend declares its connection keys (OPTIONS): a module importing no client library.
-BUILTIN_OPTIONS: dict[str, str] = {
-    "sync": "kinetis_queue.backends.sync",
-    "sql": "kinetis_queue.backends.sql.options",
-    "redis": "kinetis_queue.backends.redis.options",
-    "sqs": "kinetis_queue.backends.sqs.options",
-    "rabbitmq": "kinetis_queue.backends.rabbitmq.options",
-}
+
+@functools.cache
+def builtin_backends() -> dict[str, BuiltinBackend]:
+    """The backends shipped in kinetis_queue/backends/, by BACKEND name: each package's declaration (``BACKEND``
+    in its options module; a backend that is one module declares it there), found once per process."""
+    found: dict[str, BuiltinBackend] = {}
+    for module in pkgutil.iter_modules([str(BACKENDS_DIRECTORY)]):
+        name = f"kinetis_queue.backends.{module.name}" + (".options" if module.ispkg else "")
+        declared: BuiltinBackend = importlib.import_module(name).BACKEND
+        found[declared.name] = declared
+    return found
+
+
 #: Keys every connection may carry (worker policy); they default to the top-level value of the same name.
 #: TIMEOUT: the worker's per-attempt limit in seconds (queue_work --timeout); None: no limit.
 SHARED_OPTIONS = (
@@ -239,12 +252,12 @@ def _connection(name: Any, entry: Any, defaults: dict[str, Any]) -> ConnectionSe
         raise fail(path, "must be a dict")
     backend = entry.get("BACKEND")
     if type(backend) is not str or not backend:
-        raise fail((*path, "BACKEND"), f"must be one of {', '.join(BUILTIN_BACKENDS)} or a dotted path")
-    if backend not in BUILTIN_BACKENDS and "." not in backend:
+        raise fail((*path, "BACKEND"), f"must be one of {', '.join(builtin_backends())} or a dotted path")
+    if backend not in builtin_backends() and "." not in backend:
         raise fail(
             (*path, "BACKEND"),
             f"names unknown backend {backend!r}: use one of "
-            f"{', '.join(BUILTIN_BACKENDS)} or a dotted path to a Queue class",
+            f"{', '.join(builtin_backends())} or a dotted path to a Queue class",
         )
     schema = backend_options(backend)
     cap = schema.max_visibility_timeout if schema is not None else None
@@ -432,9 +445,9 @@ def backend_options(backend: str) -> BackendOptions | None:
     backend's is its Queue class's ``settings_schema`` (None: any key); a class that cannot be loaded
     has none here, and the system check reports why (kinetis_queue.E003).
     """
-    if backend in BUILTIN_OPTIONS:
-        schema: BackendOptions = importlib.import_module(BUILTIN_OPTIONS[backend]).OPTIONS
-        return schema
+    builtin = builtin_backends().get(backend)
+    if builtin is not None:
+        return builtin.options
     from kinetis_queue.contracts import Queue
 
     module_name, _, class_name = backend.rpartition(".")

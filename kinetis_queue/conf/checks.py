@@ -17,7 +17,7 @@ Errors:
 - kinetis_queue.E007: a Job subclass of a discovery module has unique_* attributes a push would refuse
   (kinetis_queue.unique): unique_for out of range, an unknown scope, debounce without "started".
 - kinetis_queue.E010: a Job subclass of a discovery module has an ``__init__`` no push can store
-  (kinetis_queue.serializer): ``*args``/``**kwargs``, or a parameter annotated with the generic
+  (kinetis_queue.payload.serializer): ``*args``/``**kwargs``, or a parameter annotated with the generic
   ``models.Model`` (a payload could then load any model's row).
 
 Database checks (``check --database ALIAS``, and ``migrate``, which runs them first):
@@ -48,10 +48,12 @@ from django.core.checks import CheckMessage, Error, Tags, register
 from django.core.checks import Warning as CheckWarning
 from django.db import DatabaseError, connections, router
 
-from kinetis_queue import conf, registry, tables, unique
+from kinetis_queue import conf, unique
 from kinetis_queue.backends.sql.options import UNKNOWN_ALIAS
 from kinetis_queue.backends.sql.tables import missing
+from kinetis_queue.db import tables
 from kinetis_queue.exceptions import QueueConfigurationError, QueueTablesMissingError, QueueUnavailableError
+from kinetis_queue.payload import registry
 
 #: The tail of conf's message for an SQL connection's unknown DATABASE alias.
 _MISSING_ALIAS = f"['DATABASE'] {UNKNOWN_ALIAS}"
@@ -139,7 +141,7 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
 def check_discovery(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E004, E005, E007, E010: every discovery module imports, and its job classes can be pushed and run."""
     from kinetis_queue.job import Job, job_class_path
-    from kinetis_queue.serializer import contract_problem
+    from kinetis_queue.payload.serializer import contract_problem
 
     errors: list[CheckMessage] = [
         Error(

@@ -12,7 +12,7 @@ from kinetis_queue.exceptions import InvalidQueueArgumentError
 from kinetis_queue.outcomes import ExitReason
 
 if TYPE_CHECKING:
-    from kinetis_queue.restart import RestartMarker
+    from kinetis_queue.worker.restart import RestartMarker
 
 #: While busy, the restart marker is read at most this often (seconds); an idle worker reads it
 #: after every empty poll. (The memory limit is read after every delivery: a /proc read, no I/O.)

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from django.db import connections
 
-from kinetis_queue.worker_log import contained, logger
+from kinetis_queue.worker.log import contained, logger
 
 #: A job starting within this many seconds of the previous job's connection hygiene skips its
 #: own opening pass: in between, only time can make a connection obsolete (CONN_MAX_AGE), and

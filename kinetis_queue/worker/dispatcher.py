@@ -1,10 +1,10 @@
 """``Worker.run()``'s loop: reserve deliveries in batches, run up to ``concurrency`` at once, stop cleanly.
 
 The main thread is the only one that reserves: it waits for a free slot, flushes the deferred acks
-(kinetis_queue.ack_batch), then calls ``Queue.pop_many()`` for the free slots plus an adaptive
+(kinetis_queue.worker.acks), then calls ``Queue.pop_many()`` for the free slots plus an adaptive
 prefetch, and hands each delivery to a slot. At concurrency 1 the slot is the main thread itself (so
 ``--timeout`` keeps its SIGALRM); above, a pool of that many long-lived threads, each with its own
-Django connections, cleaned per job as before (kinetis_queue.delivery).
+Django connections, cleaned per job as before (kinetis_queue.worker.delivery).
 
 Prefetch: a delivery reserved ahead waits for a slot, so the loop reserves ahead only about as many
 deliveries as finished in the last PREFETCH_WINDOW (none while jobs are slow), at most ``prefetch``;
@@ -33,18 +33,18 @@ from typing import TYPE_CHECKING, Final
 from django.db import connections
 
 from kinetis_queue import crashpoints
-from kinetis_queue.ack_batch import AckBatch
 from kinetis_queue.contracts import QueuedJob
 from kinetis_queue.exceptions import StaleJobHandleError
 from kinetis_queue.hooks import PAUSED_WAIT
 from kinetis_queue.outcomes import ExitReason
-from kinetis_queue.timeout_watchdog import Watchdog
-from kinetis_queue.worker_log import contained, describe, job_name, logger
+from kinetis_queue.worker.acks import AckBatch
+from kinetis_queue.worker.log import contained, describe, job_name, logger
+from kinetis_queue.worker.timeout_watchdog import Watchdog
 
 if TYPE_CHECKING:
-    from kinetis_queue.delivery import DeliveryRunner
-    from kinetis_queue.run_limits import RunLimits
     from kinetis_queue.worker import Worker
+    from kinetis_queue.worker.delivery import DeliveryRunner
+    from kinetis_queue.worker.run_limits import RunLimits
 
 #: Prefetch reserves ahead as many deliveries as finished within this many seconds.
 PREFETCH_WINDOW: Final = 0.1

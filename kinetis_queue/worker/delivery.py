@@ -3,11 +3,11 @@
 Heartbeat held, the job rebuilt and its ``handle()`` run (any exception there is the job's own
 failure), the heartbeat stopped for it, Django connections cleaned, then exactly one settlement
 and the per-job report. Used by ``Worker.process_next()`` and by every slot of the dispatcher
-(kinetis_queue.dispatcher), in the main thread or a pool thread:
+(kinetis_queue.worker.dispatcher), in the main thread or a pool thread:
 
-- ``--timeout`` in the main thread is SIGALRM (kinetis_queue.job_timeout); in a pool thread it is the
-  watchdog's (kinetis_queue.timeout_watchdog): whoever ``Claim.take()``s first settles the delivery.
-- an ``async def handle`` runs on the process's event loop (kinetis_queue.async_loop), its time limit
+- ``--timeout`` in the main thread is SIGALRM (kinetis_queue.worker.job_timeout); in a pool thread it is the
+  watchdog's (kinetis_queue.worker.timeout_watchdog): whoever ``Claim.take()``s first settles the delivery.
+- an ``async def handle`` runs on the process's event loop (kinetis_queue.worker.async_loop), its time limit
   by cancellation.
 - with an AckBatch, a success's ack is deferred and its report made when the batch's result is known.
 
@@ -28,7 +28,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kinetis_queue import crashpoints
-from kinetis_queue.async_loop import run_coroutine
 from kinetis_queue.contracts import JobSettlement, QueuedJob
 from kinetis_queue.exceptions import (
     InvalidQueueArgumentError,
@@ -36,20 +35,21 @@ from kinetis_queue.exceptions import (
     StaleJobHandleError,
     UnknownLockDatabaseError,
 )
-from kinetis_queue.heartbeat import Heartbeat, RenewalReport
 from kinetis_queue.hooks import Observers
-from kinetis_queue.hygiene import HYGIENE_FRESH_FOR, reset_connections
 from kinetis_queue.job import Job, JobContext, Snooze, call_handle, handle_arguments
-from kinetis_queue.job_timeout import attempt_timeout, call_with_timeout
 from kinetis_queue.outcomes import STORE_FAILURE_DELAY, AtLimit, JobOutcome, JobReport, SkipDelivery
-from kinetis_queue.serializer import deserialize_job
-from kinetis_queue.settlement import Settler, snoozes_of
-from kinetis_queue.timeout_watchdog import Claim, Watchdog
-from kinetis_queue.worker_log import contained, describe, job_logger, job_name, logger
+from kinetis_queue.payload.serializer import deserialize_job
+from kinetis_queue.worker.async_loop import run_coroutine
+from kinetis_queue.worker.heartbeat import Heartbeat, RenewalReport
+from kinetis_queue.worker.hygiene import HYGIENE_FRESH_FOR, reset_connections
+from kinetis_queue.worker.job_timeout import attempt_timeout, call_with_timeout
+from kinetis_queue.worker.log import contained, describe, job_logger, job_name, logger
+from kinetis_queue.worker.settlement import Settler, snoozes_of
+from kinetis_queue.worker.timeout_watchdog import Claim, Watchdog
 
 if TYPE_CHECKING:
-    from kinetis_queue.ack_batch import AckBatch
-    from kinetis_queue.settlement import SettlementPolicy
+    from kinetis_queue.worker.acks import AckBatch
+    from kinetis_queue.worker.settlement import SettlementPolicy
 
 
 class DeliveryRunner:

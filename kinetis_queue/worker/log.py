@@ -8,7 +8,7 @@ from typing import Any
 
 from kinetis_queue.contracts import QueuedJob
 from kinetis_queue.job import display_name
-from kinetis_queue.printable import printable
+from kinetis_queue.payload.printable import printable
 
 #: The metadata key of the correlation id (kinetis_queue/observability/correlation.py), shown on log records.
 CORRELATION_KEY = "kinetis_queue.correlation"

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kinetis_queue import conf, connections, tables
+from kinetis_queue import conf, connections
 from kinetis_queue.contracts import DisposableQueue, Queue, QueueStats
+from kinetis_queue.db import tables
 from kinetis_queue.failed import failed_counts
 from kinetis_queue.validation import QUEUE_NAME
 
