@@ -14,13 +14,12 @@ import threading
 import time
 import uuid
 
-from django.db import connections
-
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.job import Job
 from kinetis_queue.limits import ConcurrencyLimit, Slot, slot_key, slot_lease_of, slot_store_of
 from kinetis_queue.middleware import Middleware
 from kinetis_queue.outcomes import AtLimit
+from kinetis_queue.worker.background import BackgroundLoop
 
 logger = logging.getLogger("kinetis_queue.worker")
 
@@ -32,26 +31,23 @@ class SlotKeeper:
         self.queue = queue
         self.store = slot_store_of(queue)
         self.lease = slot_lease_of(queue)
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._held: dict[str, Slot] = {}
-        self._closed = False
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("slots", self._step)
 
     def take(self, instance: Job, limit: ConcurrencyLimit) -> Slot | None:
         """One of the job's key's slots, held (and renewed) until ``give_back()``; None at the limit."""
         key = slot_key(self.queue.connection, limit.key_of(instance))
         slot = self.store.acquire(key, limit.max, uuid.uuid4().hex, self.lease)
         if slot is not None:
-            with self._cond:
+            with self._lock:
                 self._held[slot.token] = slot
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._renew_loop, name="kinetis-queue-slots", daemon=True)
-                    self._thread.start()
+            self._loop.start(delay=self.lease / 3)  # the slot was just taken: its first renewal is due then
         return slot
 
     def give_back(self, slot: Slot) -> None:
         """Release ``slot`` (its attempt ended); a failure leaves it to its lease."""
-        with self._cond:
+        with self._lock:
             self._held.pop(slot.token, None)
         try:
             self.store.release(slot)
@@ -63,26 +59,14 @@ class SlotKeeper:
             )
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
+        self._loop.stop()
 
-    def _renew_loop(self) -> None:
-        interval = self.lease / 3
-        try:
-            with self._cond:
-                while not self._closed:
-                    self._cond.wait(interval)
-                    held = list(self._held.values())
-                    self._cond.release()
-                    try:
-                        self._renew(held)
-                    finally:
-                        self._cond.acquire()
-        finally:
-            connections.close_all()
+    def _step(self) -> float:
+        """Renew every held slot; the next round comes a third of a lease later."""
+        with self._lock:
+            held = list(self._held.values())
+        self._renew(held)
+        return self.lease / 3
 
     def _renew(self, held: list[Slot]) -> None:
         started = time.monotonic()

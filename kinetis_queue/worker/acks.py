@@ -16,10 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from django.db import connections
-
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.exceptions import StaleJobHandleError
+from kinetis_queue.worker.background import BackgroundLoop
 
 #: Longest time a success waits for its ack to be sent (seconds).
 MAX_ACK_DELAY: Final = 0.005
@@ -41,21 +40,19 @@ class AckBatch:
         self._first_added = 0.0
         self._sending = threading.Lock()
         self._error: BaseException | None = None
-        self._closed = False
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("acks", self._step)
 
     def add(self, job: QueuedJob, done: Done) -> None:
         """Ack ``job`` soon; ``done`` is called with the result once it is known."""
+        self._loop.start()
         with self._cond:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="kinetis-queue-acks", daemon=True)
-                self._thread.start()
-            if not self._pending:
+            first = not self._pending
+            if first:
                 self._first_added = time.monotonic()
-                self._cond.notify_all()
             self._pending.append((job, done))
-            if len(self._pending) >= self._max_batch:
-                self._cond.notify_all()
+            full = len(self._pending) >= self._max_batch
+        if first or full:  # the flusher waits for the first ack of a batch, then for its deadline or a full batch
+            self._loop.wake()
 
     def flush(self) -> None:
         """Send every ack added so far (waiting out a batch already being sent) and report each result."""
@@ -83,27 +80,15 @@ class AckBatch:
     def close(self) -> None:
         """Flush what is pending, then end the flusher thread."""
         self.flush()
+        self._loop.stop()
+
+    def _step(self) -> float | None:
+        """One round of the flusher: send the batch once it is due; how long until the next one is."""
         with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def _run(self) -> None:
-        try:
-            while True:
-                with self._cond:
-                    while not self._closed and not self._due():
-                        wait = self._first_added + self._max_delay - time.monotonic() if self._pending else None
-                        self._cond.wait(wait)
-                    if self._closed:
-                        return
-                self.flush()
-        finally:
-            connections.close_all()  # a database the acks (or their signal receivers) opened in this thread
-
-    def _due(self) -> bool:
-        if not self._pending:
-            return False
-        return len(self._pending) >= self._max_batch or time.monotonic() >= self._first_added + self._max_delay
+            if not self._pending:
+                return None  # until add() wakes it
+            wait = self._first_added + self._max_delay - time.monotonic()
+            if len(self._pending) < self._max_batch and wait > 0:
+                return wait
+        self.flush()
+        return 0.0

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from kinetis_queue import crashpoints
 from kinetis_queue.contracts import QueuedJob, RenewableQueue
+from kinetis_queue.worker.background import BackgroundLoop
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,21 +49,18 @@ class Heartbeat:
         # Keyed by the delivery object itself: two deliveries of one job id are two leases.
         self._leases: dict[int, _Lease] = {}
         self._in_flight: int | None = None
-        self._closed = False
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("heartbeat", self._step)
 
     def start(self, job: QueuedJob) -> None:
         """Begin renewing ``job`` (the first renewal comes one interval from now); a delivery already
         held keeps its schedule."""
+        self._loop.start()
         with self._cond:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="kinetis-queue-heartbeat", daemon=True)
-                self._thread.start()
             if id(job) not in self._leases:
                 self._leases[id(job)] = _Lease(job, time.monotonic() + self._interval)
-            # No notify: an idle thread wakes at least once per interval (see _run), so it is awake
-            # by the first renewal's due time. Waking it for every job cost a thread switch per
-            # job, a large share of a Redis worker's time per no-op job (python -m bench.redis).
+            # No wake: an idle thread waits at most one interval (see _step), so it is awake by the
+            # first renewal's due time. Waking it for every job cost a thread switch per job, a large
+            # share of a Redis worker's time per no-op job (python -m bench.redis).
 
     def stop(self, job: QueuedJob) -> RenewalReport:
         """Stop renewing ``job`` and wait out a renewal of it still in flight; return what happened."""
@@ -77,25 +75,21 @@ class Heartbeat:
     def close(self) -> None:
         """End the thread (the worker is exiting)."""
         with self._cond:
-            self._closed = True
             self._leases.clear()
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._loop.stop()
 
-    def _run(self) -> None:
+    def _step(self) -> float:
+        """Renew the lease due first once it is due; how long until the next one may be (at most one
+        interval: start() does not wake the loop)."""
         with self._cond:
-            while not self._closed:
-                if not self._leases:
-                    self._cond.wait(self._interval)  # at most one interval: start() does not notify
-                    continue
-                lease = min(self._leases.values(), key=lambda held: held.due)
-                wait = lease.due - time.monotonic()
-                if wait > 0:
-                    self._cond.wait(min(wait, self._interval))
-                    continue
-                self._renew(lease)
+            if not self._leases:
+                return self._interval
+            lease = min(self._leases.values(), key=lambda held: held.due)
+            wait = lease.due - time.monotonic()
+            if wait > 0:
+                return min(wait, self._interval)
+            self._renew(lease)
+        return 0.0
 
     def _renew(self, lease: _Lease) -> None:
         """One renewal, made outside the lock (called and returning with it held)."""

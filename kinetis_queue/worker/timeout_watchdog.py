@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import connections
+from kinetis_queue.worker.background import BackgroundLoop
 
 
 class Claim:
@@ -39,52 +39,41 @@ class Watchdog:
     """Calls each armed callback once its deadline passes, unless it was disarmed first."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._armed: list[tuple[float, int, Callable[[], None]]] = []
         self._cancelled: set[int] = set()
         self._counter = itertools.count()
-        self._thread: threading.Thread | None = None
-        self._closed = False
+        self._loop = BackgroundLoop("watchdog", self._step)
 
     def arm(self, seconds: float, expired: Callable[[], None]) -> int:
         """Call ``expired`` in the watchdog's thread ``seconds`` from now; return a token for disarm()."""
         token = next(self._counter)
-        with self._cond:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="kinetis-queue-watchdog", daemon=True)
-                self._thread.start()
+        self._loop.start()
+        with self._lock:
             heapq.heappush(self._armed, (time.monotonic() + seconds, token, expired))
-            self._cond.notify_all()
+        self._loop.wake()
         return token
 
     def disarm(self, token: int) -> None:
-        with self._cond:
+        with self._lock:
             if any(entry[1] == token for entry in self._armed):
                 self._cancelled.add(token)
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._loop.stop()
 
-    def _run(self) -> None:
-        try:
-            self._serve()
-        finally:
-            connections.close_all()  # what the settlements made here opened in this thread
-
-    def _serve(self) -> None:
-        while True:
-            with self._cond:
-                while not self._closed and (not self._armed or self._armed[0][0] > time.monotonic()):
-                    self._cond.wait(self._armed[0][0] - time.monotonic() if self._armed else None)
-                if self._closed:
-                    return
-                _, token, expired = heapq.heappop(self._armed)
-                if token in self._cancelled:
-                    self._cancelled.discard(token)
-                    continue
-            expired()  # outside the lock; the callback contains its own errors
+    def _step(self) -> float | None:
+        """Call the callback whose deadline passed first; else how long until the next deadline (None: none
+        armed, until arm() wakes the loop)."""
+        with self._lock:
+            if not self._armed:
+                return None
+            wait = self._armed[0][0] - time.monotonic()
+            if wait > 0:
+                return wait
+            _, token, expired = heapq.heappop(self._armed)
+            if token in self._cancelled:
+                self._cancelled.discard(token)
+                return 0.0
+        expired()  # outside the lock; the callback contains its own errors
+        return 0.0

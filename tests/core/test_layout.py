@@ -8,6 +8,7 @@ display functions may name the model they take (``kinetis_queue.models``) for ty
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,7 @@ PLUG_IN_POINTS = {
 
 def plug_in_point(arrow: import_graph.Arrow) -> bool:
     return arrow.in_function and (arrow.source, arrow.target) in PLUG_IN_POINTS
+
 
 #: The worker: one delivery's lifecycle and what it writes. It knows the contract and the models
 #: it records into, never the Django glue above it, contrib, or a particular backend.
@@ -279,6 +281,31 @@ def test_at_most_twenty_modules_at_the_top() -> None:
     feature in its package."""
     top = {path.stem for path in PACKAGE.glob("*.py") if path.name != "__init__.py"}
     assert top == set(TOP_LEVEL) and len(top) <= 20
+
+
+#: The modules that start a thread of their own rather than a BackgroundLoop (kinetis_queue/worker/background.py),
+#: each for a reason: every loop beside the jobs is a BackgroundLoop (issue 29: one loop type).
+OWN_THREADS = {
+    "kinetis_queue.worker.background": "the loop type itself",
+    "kinetis_queue.worker.dispatcher": "the --concurrency slots: each thread runs jobs, not rounds",
+    "kinetis_queue.worker.async_loop": "asyncio's own loop (run_forever) for async def handle()",
+    "kinetis_queue.contrib.tasks.backend": "one get_result() wait, bounded by its timeout",
+    "kinetis_queue.management.commands.queue_work": "one note printed when the reloader is ready",
+    "kinetis_queue.management.commands._reload": "Django's autoreloader drives its own ticker",
+    "kinetis_queue.backends.sql.timeouts": "the SQL backend's socket deadlines: a backend imports no worker module",
+}
+
+
+def test_every_loop_beside_the_jobs_is_a_background_loop() -> None:
+    """No hand-written loop thread: a module that calls threading.Thread() is named in OWN_THREADS with why."""
+    starting = set()
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "Thread":
+                if isinstance(node.func.value, ast.Name) and node.func.value.id == "threading":
+                    starting.add(module_name(path))
+    assert starting == set(OWN_THREADS)
 
 
 def test_the_figures_of_a_small_package(tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ def test_a_full_ack_batch_is_sent_without_waiting_for_its_delay(queue: Queue, qu
     batch = AckBatch(queue, max_delay=3600, max_batch=2)
     try:
         batch.add(held[0], results.append)
-        flusher = batch._thread
+        flusher = batch._loop._thread  # the flusher: the batch's BackgroundLoop
         assert flusher is not None
         wait_until(lambda: in_wait(flusher))  # asleep until max_delay: only the full batch wakes it
         batch.add(held[1], results.append)
