@@ -59,9 +59,10 @@ def build_from(settings: conf.ConnectionSettings) -> Queue:
     """Build a fresh queue from a connection's settings, its outbox included (the caller owns and disposes it)."""
     queue = backend_class(settings).from_settings(settings)
     if settings.outbox is not None:
+        from kinetis_queue.outbox import attach
         from kinetis_queue.outbox.database import DatabaseOutbox
 
-        queue.outbox = DatabaseOutbox(settings.name, settings.outbox)
+        attach(queue, DatabaseOutbox(settings.name, settings.outbox))
     return queue
 
 

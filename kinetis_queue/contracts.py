@@ -51,7 +51,6 @@ from kinetis_queue.validation import (
 
 if TYPE_CHECKING:
     from kinetis_queue.conf import ConnectionSettings
-    from kinetis_queue.outbox import Outbox
     from kinetis_queue.schema import BackendOptions
 
 #: The keyword options of push() and prepare() that go to the middleware (kinetis_queue.middleware), by name:
@@ -220,8 +219,9 @@ class Queue(ABC):
 
     def __init__(self, *, connection: str | None = None) -> None:
         self.connection = connection
-        #: The connection's transactional outbox (OUTBOX; kinetis_queue.outbox), set when it is built.
-        self.outbox: Outbox | None = None
+        #: What features attach to this connection when it is built, by the feature's key (the transactional
+        #: outbox: kinetis_queue.outbox.outbox_of()). The Queue itself reads nothing here.
+        self.features: dict[str, object] = {}
 
     @classmethod
     def from_settings(cls, settings: ConnectionSettings) -> Self:

@@ -18,6 +18,7 @@ from django.db import transaction
 from kinetis_queue import connections, signals
 from kinetis_queue.contracts import PreparedPush, Queue
 from kinetis_queue.job import Job
+from kinetis_queue.outbox import outbox_of
 from kinetis_queue.payload.envelope import dumps
 
 logger = logging.getLogger("kinetis_queue.dispatch")
@@ -70,7 +71,7 @@ def push_after_commit(
     A connection whose outbox (OUTBOX) is that database writes the push to the outbox now, in the
     transaction (kinetis_queue/outbox): it then commits with it, and no hook is needed.
     """
-    outbox = target.outbox
+    outbox = outbox_of(target)
 
     def send_now() -> None:
         sent = target.send(prepared)

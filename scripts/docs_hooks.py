@@ -129,9 +129,9 @@ def setting_keys() -> list[tuple[str, str, Any]]:
         *((o.name, "top or connection", o.default) for o in conf.SHARED_OPTIONS),
         ("BACKEND", "connection", None),
     ]
-    with_outbox = [b for b in conf.BUILTIN_OPTIONS if b not in conf.NO_OUTBOX]
+    with_outbox = [b for b in conf.builtin_backends() if b not in conf.NO_OUTBOX]
     keys += [(o.name, f"connection: {', '.join(with_outbox)}", o.default) for o in conf.OUTBOX_OPTIONS]
-    for backend in conf.BUILTIN_OPTIONS:
+    for backend in conf.builtin_backends():
         schema = conf.backend_options(backend)
         assert schema is not None, backend
         keys += [(o.name, f"connection: {backend}", o.default) for o in schema.options]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final
 from kinetis_queue.control import CANCELLED
 from kinetis_queue.middleware import Middleware
 from kinetis_queue.outcomes import AtLimit, SkipDelivery
-from kinetis_queue.unique import Until, held_lock, store_of
+from kinetis_queue.unique import free_key
 from kinetis_queue.worker.background import BackgroundLoop
 
 if TYPE_CHECKING:
@@ -228,16 +228,11 @@ class ControlHooks(Middleware):
         "settled"), as its first attempt or its settlement would have, rather than at ``unique_for``'s end.
         The stores fence the release on the job's id and generation. A store that fails is logged: the key
         then expires by itself. (On SQL the key goes with the job's row, deleted by the skip's ack.)"""
-        held = held_lock(job)
         queue = self._queue
-        if held is None or queue is None or held.until is Until.EXPIRED:
+        if queue is None:
             return
         try:
-            store = store_of(queue, held)
-            if held.until is Until.STARTED:
-                store.started(queue, job, held)
-            else:
-                store.settled(queue, job, held)
+            free_key(queue, job)
         except Exception as exc:
             logger.warning(
                 "The unique key of cancelled job %s could not be freed (%s); it frees itself when it expires",

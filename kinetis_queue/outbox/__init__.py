@@ -36,12 +36,30 @@ class Outbox(ABC):
         """Write the pushes to the outbox table, in the current transaction on ``database``."""
 
 
+#: The outbox's key in ``Queue.features``.
+FEATURE_KEY = "outbox"
+
+
+def attach(queue: Queue, outbox: Outbox | None) -> None:
+    """Give ``queue`` its connection's outbox (connections.build_from() does, for OUTBOX); None takes it away."""
+    if outbox is None:
+        queue.features.pop(FEATURE_KEY, None)
+    else:
+        queue.features[FEATURE_KEY] = outbox
+
+
+def outbox_of(queue: Queue) -> Outbox | None:
+    """The outbox ``queue`` was built with (its connection's OUTBOX), or None."""
+    outbox = queue.features.get(FEATURE_KEY)
+    return outbox if isinstance(outbox, Outbox) else None
+
+
 class OutboxMiddleware(Middleware):
     """The outbox on the push side (kinetis_queue.middleware): a push its connection's outbox captures is written
     to the outbox table in the current transaction; any other goes on to the store."""
 
     def send(self, queue: Queue, prepared: Sequence[PreparedPush], store: Store) -> list[str]:
-        outbox = queue.outbox
+        outbox = outbox_of(queue)
         if outbox is None or not outbox.captures():
             return store(prepared)
         outbox.write(queue, prepared)

@@ -42,7 +42,7 @@ from kinetis_queue.exceptions import MalformedQueuedJobDataError, OutboxRefusedE
 from kinetis_queue.failed import ModelRecorder, exception_class_path, exception_text
 from kinetis_queue.outbox.database import OUTBOX_TABLE, channel
 from kinetis_queue.payload.envelope import decode_envelope
-from kinetis_queue.unique import Until, database_lock_store, held_lock
+from kinetis_queue.unique import database_lock_store, free_key
 
 logger = logging.getLogger("kinetis_queue.outbox")
 
@@ -305,17 +305,9 @@ class Relay:
         a job that never started. With an outbox, every key of the connection is in the outbox database; a
         crash before this leaves the key to expire (unique_for)."""
         jobs, self._refused_jobs = self._refused_jobs, []
-        store = None
         for job in jobs:
-            held = held_lock(job)
-            if held is None or held.until is Until.EXPIRED:
-                continue
-            store = store or database_lock_store(self.queue, self.database)
             try:
-                if held.until is Until.STARTED:
-                    store.started(self.queue, job, held)
-                else:
-                    store.settled(self.queue, job, held)
+                free_key(self.queue, job, lambda queue, held: database_lock_store(queue, self.database))
             except Exception as exc:
                 logger.error(
                     "The unique key of refused job %s of connection %r could not be freed (%s: %s); it expires by "

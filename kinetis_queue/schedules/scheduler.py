@@ -19,6 +19,7 @@ from typing import Final
 
 from kinetis_queue.connections import queues
 from kinetis_queue.contracts import Queue
+from kinetis_queue.outbox import outbox_of
 from kinetis_queue.schedules import declaration, ticks
 from kinetis_queue.schedules.declaration import Schedule
 from kinetis_queue.schedules.stores import (
@@ -102,7 +103,7 @@ class Scheduler:
             # On a Redis Cluster fire.lua's claim keys and the queue's key are in different slots: the
             # claim goes to the database, as for SQS (docs/backends/redis.md, "Redis Cluster"). With an
             # outbox, the connection's unique locks live in the outbox's database, which fire.lua cannot reach.
-            if isinstance(queue, RedisQueue) and not queue.cluster and queue.outbox is None:
+            if isinstance(queue, RedisQueue) and not queue.cluster and outbox_of(queue) is None:
                 return RedisClaims(queue)
         return DatabaseClaims(owner=self.owner, claim_timeout=self.claim_timeout)
 

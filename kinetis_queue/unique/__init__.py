@@ -23,7 +23,7 @@ import hashlib
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 from kinetis_queue.exceptions import InvalidQueueArgumentError, UnknownLockDatabaseError
 from kinetis_queue.job import Job, job_class_path
 from kinetis_queue.middleware import Middleware, PushDraft, Store, app_loaded
+from kinetis_queue.outbox import outbox_of
 from kinetis_queue.outcomes import SkipDelivery
 from kinetis_queue.values import MissingModelSkipped
 
@@ -169,18 +170,8 @@ class UniqueMiddleware(Middleware):
     def skipped(self, job: QueuedJob, skipped: SkipDelivery) -> None:
         """A delivery skipped because a model it names is gone never started and never will: its key is freed,
         scope "started" or "settled" (a cancellation frees its own; a superseded one is not the holder)."""
-        if not isinstance(skipped, MissingModelSkipped):
-            return
-        held = held_lock(job)
-        if held is None or held.until is Until.EXPIRED:
-            return
-        store = _releasing_store(self.queue, held)
-        if store is None:
-            return
-        if held.until is Until.STARTED:
-            store.started(self.queue, job, held)
-        else:
-            store.settled(self.queue, job, held)
+        if isinstance(skipped, MissingModelSkipped):
+            free_key(self.queue, job, _releasing_store)
 
     def _release(self, job: QueuedJob) -> None:
         """Free a unique job's key before its ack or final failure (scope "settled").
@@ -250,7 +241,7 @@ def connection_store(queue: Queue) -> LockStore:
     outbox's database, so a push in a transaction takes its key in that transaction and a push outside one
     meets the same keys; else the backend's own store (or the Django database's, for backends without one).
     The push takes its key there (``Queue.send()``) and the worker frees it there (``store_of()``)."""
-    outbox = queue.outbox
+    outbox = outbox_of(queue)
     return lock_store_of(queue) if outbox is None else database_lock_store(queue, outbox.database)
 
 
@@ -424,6 +415,28 @@ def _flag(given: object, default: object, name: str) -> bool:
     if type(value) is not bool:
         raise InvalidQueueArgumentError(f"{name} must be True or False")
     return value
+
+
+def free_key(
+    queue: Queue, job: QueuedJob, store_for: Callable[[Queue, HeldLock], LockStore | None] | None = None
+) -> None:
+    """Free the key of a job that will never start nor settle (skipped, cancelled, refused for good by its store)
+    as its first attempt (scope "started") or its settlement ("settled") would have; scope "expired" keeps it to
+    the end of ``unique_for``. The one place that does it: the worker's skip, a cancellation and the outbox relay.
+
+    ``store_for``: where the lock is (default ``store_of()``); None from it leaves the key to expire. The stores
+    fence the release on the job's id and generation; an error of the store propagates to the caller.
+    """
+    held = held_lock(job)
+    if held is None or held.until is Until.EXPIRED:
+        return
+    store = (store_for or store_of)(queue, held)
+    if store is None:
+        return
+    if held.until is Until.STARTED:
+        store.started(queue, job, held)
+    else:
+        store.settled(queue, job, held)
 
 
 def _releasing_store(queue: Queue, held: HeldLock) -> LockStore | None:

@@ -259,6 +259,7 @@ def test_a_store_down_for_ten_seconds_keeps_pushes_committing_and_loses_nothing(
     from urllib.parse import urlsplit
 
     from kinetis_queue.conf import OutboxSettings
+    from kinetis_queue.outbox import attach
     from kinetis_queue.outbox.database import DatabaseOutbox
     from kinetis_queue.outbox.relay import Relay
     from kinetis_queue.worker.background import BackgroundLoop
@@ -287,7 +288,7 @@ def test_a_store_down_for_ten_seconds_keeps_pushes_committing_and_loses_nothing(
         extra = {"prefix": entry["PREFIX"]} if store == "redis" else {}
         queue = type(direct)(url=url, connection=name, **extra)  # type: ignore[call-arg]
     settings = OutboxSettings("postgres", False, 0.02, 1000)
-    queue.outbox = DatabaseOutbox(name, settings)
+    attach(queue, DatabaseOutbox(name, settings))
     relay = Relay(queue, settings)
     loop = BackgroundLoop("outbox relay", relay.step, on_stop=relay.close)
     ids: list[str] = []

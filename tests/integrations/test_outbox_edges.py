@@ -18,6 +18,7 @@ from kinetis_queue.backends.redis import RedisQueue
 from kinetis_queue.conf import OutboxSettings
 from kinetis_queue.contracts import Queue
 from kinetis_queue.models import OutboxRecord
+from kinetis_queue.outbox import attach
 from kinetis_queue.outbox.database import DatabaseOutbox, channel
 from kinetis_queue.outbox.relay import Relay
 from kinetis_queue.worker.background import BackgroundLoop
@@ -34,7 +35,7 @@ IN_POSTGRES = OutboxSettings("postgres", False, 0.02, 1000)
 def _redis(name: str, outbox: OutboxSettings, url: str = settings.REDIS_URL) -> RedisQueue:
     """A Redis queue of connection ``name`` (a name no settings entry has) with its outbox attached."""
     queue = RedisQueue(url=url, prefix=settings.REDIS_PREFIX, connection=name)
-    queue.outbox = DatabaseOutbox(name, outbox)
+    attach(queue, DatabaseOutbox(name, outbox))
     return queue
 
 

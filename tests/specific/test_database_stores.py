@@ -23,6 +23,7 @@ from kinetis_queue.contracts import Queue
 from kinetis_queue.exceptions import ConnectionFailedError
 from kinetis_queue.limits import slot_key, slot_store_of
 from kinetis_queue.models import UniqueLockRecord
+from kinetis_queue.outbox import attach
 from kinetis_queue.outbox.database import DatabaseOutbox
 from kinetis_queue.unique import lock_of
 from tests import jobs
@@ -79,7 +80,7 @@ def test_a_push_whose_store_fails_gives_the_key_back(queue_name: str) -> None:
     with FaultProxy(parts.hostname or "127.0.0.1", parts.port or 6379) as proxy:
         url = urlunsplit(parts._replace(netloc=f"127.0.0.1:{proxy.port}"))
         queue = RedisQueue(url=url, prefix=settings.REDIS_PREFIX, connection="lockproxied")
-        queue.outbox = DatabaseOutbox("lockproxied", OutboxSettings("default", False, 0.02, 1000))
+        attach(queue, DatabaseOutbox("lockproxied", OutboxSettings("default", False, 0.02, 1000)))
         key = _lock_key(queue, jobs.Unique("u"), queue_name)
         try:
             proxy.set(Reset())
