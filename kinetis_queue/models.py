@@ -2,26 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import models
-from django.db.backends.base.base import BaseDatabaseWrapper
 
+from kinetis_queue.db.fields import ExactCharField as ExactCharField  # its home; the migrations name it here
 from kinetis_queue.validation import JOB_ID_LENGTH, MAX_QUEUE_NAME
-
-
-class ExactCharField(models.CharField):  # type: ignore[type-arg]
-    """A CharField compared byte for byte: ``ascii_bin`` on MySQL/MariaDB, whose default is case-insensitive.
-
-    Queue names and reservation tokens are matched for exact equality (DESIGN.md §7); PostgreSQL
-    and SQLite already compare text case-sensitively.
-    """
-
-    def db_parameters(self, connection: BaseDatabaseWrapper) -> dict[str, Any]:
-        params = super().db_parameters(connection)
-        if connection.vendor == "mysql":
-            params["collation"] = "ascii_bin"
-        return params
 
 
 class QueuedJobRecord(models.Model):

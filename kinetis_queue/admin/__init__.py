@@ -18,26 +18,24 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import django
 from django.contrib import admin, messages
 from django.contrib.admin import FieldListFilter
 from django.contrib.admin.models import DELETION, LogEntry
-from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import mark_safe
-from django.utils.text import capfirst
 
 from kinetis_queue import control, failed
+from kinetis_queue.admin.pages import BREADCRUMBS_AS_LIST as BREADCRUMBS_AS_LIST  # re-exported: its home is pages
+from kinetis_queue.admin.pages import AdminPages
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.models import FailedJob
 from kinetis_queue.observability import status
@@ -46,52 +44,6 @@ from kinetis_queue.validation import validate_queue_name
 from kinetis_queue.workflows import engine as workflow_engine
 
 logger = logging.getLogger("kinetis_queue")
-
-if TYPE_CHECKING:
-    _AnyModelAdmin = admin.ModelAdmin[Any]
-else:  # ModelAdmin is generic for the type checker only
-    _AnyModelAdmin = admin.ModelAdmin
-
-#: Django 6.1 marks breadcrumbs up as ``<ol class="breadcrumbs">`` with ``<li>`` items; 5.2 and 6.0 as a
-#: ``<div class="breadcrumbs">`` separated by ``&rsaquo;``. Each version's CSS styles only its own.
-BREADCRUMBS_AS_LIST = django.VERSION >= (6, 1)
-
-
-class AdminPages(_AnyModelAdmin):
-    """What the app's admin pages share: their URL names, the changelist's filters carried along, and the page
-    context with breadcrumbs (Home, the app, the model's list, then the page's own)."""
-
-    def _url_name(self, name: str) -> str:
-        return f"{self.opts.app_label}_{self.opts.model_name}_{name}"
-
-    def _url(self, name: str, *args: Any) -> str:
-        return reverse(f"admin:{self._url_name(name)}", args=args)
-
-    def _preserving(self, request: HttpRequest, url: str) -> str:
-        """``url`` carrying the changelist's filters along, as Django's own admin pages do."""
-        return add_preserved_filters({"preserved_filters": self.get_preserved_filters(request), "opts": self.opts}, url)
-
-    def _page_context(
-        self, request: HttpRequest, title: str, crumbs: Iterable[tuple[str, str]], current: str
-    ) -> dict[str, Any]:
-        """The admin's page context, and breadcrumbs in the installed Django's markup (Home, the app, the
-        model's list, then ``crumbs``, then ``current``)."""
-        return {
-            **self.admin_site.each_context(request),
-            "title": title,
-            "opts": self.opts,
-            "breadcrumbs_as_list": BREADCRUMBS_AS_LIST,
-            "crumbs": [
-                (reverse("admin:index"), "Home"),
-                (
-                    reverse("admin:app_list", kwargs={"app_label": self.opts.app_label}),
-                    self.opts.app_config.verbose_name,
-                ),
-                (self._preserving(request, self._url("changelist")), capfirst(self.opts.verbose_name_plural)),
-                *crumbs,
-            ],
-            "current": current,
-        }
 
 
 @admin.register(FailedJob)

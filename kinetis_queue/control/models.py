@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from kinetis_queue.models import ExactCharField
+from kinetis_queue.db.fields import ExactCharField
 from kinetis_queue.validation import JOB_ID_LENGTH, MAX_QUEUE_NAME
 
 

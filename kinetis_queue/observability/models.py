@@ -8,7 +8,7 @@ from typing import Any
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from kinetis_queue.models import ExactCharField
+from kinetis_queue.db.fields import ExactCharField
 from kinetis_queue.validation import MAX_QUEUE_NAME
 
 

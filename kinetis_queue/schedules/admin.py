@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from kinetis_queue.admin import BREADCRUMBS_AS_LIST
+from kinetis_queue.admin.pages import BREADCRUMBS_AS_LIST
 from kinetis_queue.schedules import declaration
 from kinetis_queue.schedules.models import ScheduleTick
 

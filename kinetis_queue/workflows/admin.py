@@ -30,7 +30,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.text import capfirst
 
-from kinetis_queue.admin import AdminPages
+from kinetis_queue.admin.pages import AdminPages
 from kinetis_queue.workflows import engine, handle
 from kinetis_queue.workflows.models import Workflow, WorkflowMember
 

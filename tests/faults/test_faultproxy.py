@@ -28,8 +28,11 @@ pytestmark = [pytest.mark.fault, pytest.mark.timeout(60)]
 
 class _Echo(socketserver.BaseRequestHandler):
     def handle(self) -> None:
-        while data := self.request.recv(65536):
-            self.request.sendall(data)
+        try:
+            while data := self.request.recv(65536):
+                self.request.sendall(data)
+        except ConnectionError:  # the Reset fault's RST reached the server side too: the peer is gone
+            pass  # (socketserver printed its traceback into a green run: fresh-clone run ci2)
 
 
 @pytest.fixture
