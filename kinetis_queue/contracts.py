@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -35,7 +35,7 @@ from kinetis_queue.exceptions import (
     UnserializableJobError,
 )
 from kinetis_queue.job import Job
-from kinetis_queue.middleware import PushDraft, push_chain
+from kinetis_queue.middleware import PushChain, PushDraft, push_chain
 from kinetis_queue.payload.envelope import Envelope, new_envelope
 from kinetis_queue.payload.registry import ensure_runnable
 from kinetis_queue.payload.serializer import serialize_job
@@ -222,6 +222,7 @@ class Queue(ABC):
         #: What features attach to this connection when it is built, by the feature's key (the transactional
         #: outbox: kinetis_queue.outbox.outbox_of()). The Queue itself reads nothing here.
         self.features: dict[str, object] = {}
+        self._composed: tuple[PushChain, Callable[[Sequence[PreparedPush]], list[str]]] | None = None
 
     @classmethod
     def from_settings(cls, settings: ConnectionSettings) -> Self:
@@ -327,7 +328,7 @@ class Queue(ABC):
         "What push() guarantees"). Sending one PreparedPush twice stores the job twice, under one id,
         unless it is unique: then the connection's lock store decides (the holder's id may come back).
         """
-        return push_chain().send(self, (prepared,), self._send_to_store)[0]
+        return self._through_chain()((prepared,))[0]
 
     def push_many(
         self,
@@ -365,7 +366,16 @@ class Queue(ABC):
         """
         if not prepared:
             return []
-        return push_chain().send(self, prepared, self._send_to_store)
+        return self._through_chain()(prepared)
+
+    def _through_chain(self) -> Callable[[Sequence[PreparedPush]], list[str]]:
+        """The push chain in front of this queue's store, composed once per chain (a new one when
+        KINETIS_QUEUE changes): a push calls one callable, not the chain's making."""
+        chain = push_chain()
+        composed = self._composed
+        if composed is None or composed[0] is not chain:
+            composed = self._composed = (chain, chain.compose(self, self._send_to_store))
+        return composed[1]
 
     def _send_to_store(self, prepared: Sequence[PreparedPush]) -> list[str]:
         """The end of the push chain: the backend stores the pushes (one round trip where it can)."""

@@ -113,15 +113,18 @@ class PushChain:
 
     def send(self, queue: Queue, prepared: Sequence[PreparedPush], store: Store) -> list[str]:
         """Store ``prepared`` through each middleware's ``send()``, the first outermost, then ``store``."""
-        if not self._send:
-            return store(prepared)
-        return self._through(0, queue, store)(prepared)
+        return self.compose(queue, store)(prepared)
 
-    def _through(self, index: int, queue: Queue, store: Store) -> Store:
-        if index == len(self._send):
-            return store
-        send, rest = self._send[index], self._through(index + 1, queue, store)
-        return lambda prepared: send(queue, prepared, rest)
+    def compose(self, queue: Queue, store: Store) -> Store:
+        """The chain in front of ``store`` for ``queue``, as one callable: a queue keeps it (``Queue.send()``),
+        so a push calls it without building it again."""
+        for send in reversed(self._send):
+            store = _bind(send, queue, store)
+        return store
+
+
+def _bind(send: Callable[[Queue, Sequence[PreparedPush], Store], list[str]], queue: Queue, rest: Store) -> Store:
+    return lambda prepared: send(queue, prepared, rest)
 
 
 def _overrides(middleware: Middleware, name: str) -> bool:

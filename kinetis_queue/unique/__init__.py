@@ -188,6 +188,8 @@ class UniqueMiddleware(Middleware):
     def send(self, queue: Queue, prepared: Sequence[PreparedPush], store: Store) -> list[str]:
         """The pushes without a lock go on together; then each unique one through the lock store, whose answer
         (the holder's id when its key is held) is its id."""
+        if len(prepared) == 1 and METADATA_KEY not in prepared[0].notes:  # one push, not unique: the usual case
+            return store(prepared)
         plain = [item for item in prepared if METADATA_KEY not in item.notes]
         if len(plain) == len(prepared):
             return store(prepared)
