@@ -17,9 +17,11 @@ from django.db import transaction
 
 from kinetis_queue import connections, signals
 from kinetis_queue.contracts import PreparedPush, Queue
-from kinetis_queue.job import Job
+from kinetis_queue.failed import exception_text
+from kinetis_queue.job import Job, display_name
 from kinetis_queue.outbox import outbox_of
 from kinetis_queue.payload.envelope import dumps
+from kinetis_queue.payload.redaction import scrub_for
 
 logger = logging.getLogger("kinetis_queue.dispatch")
 
@@ -115,9 +117,6 @@ def push_after_commit(
 
 def _report(target: Queue, prepared: PreparedPush, exc: Exception) -> None:
     """Log and signal a push that failed after its transaction committed (never argument values)."""
-    from kinetis_queue.failed import exception_text
-    from kinetis_queue.job import display_name
-    from kinetis_queue.payload.redaction import scrub_for
 
     envelope, queue = prepared.envelope, prepared.queue
     # exception_text() never raises (a broken __str__ becomes a note); the arguments are plain JSON here.

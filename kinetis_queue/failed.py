@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from django.db import router
 from django.utils import timezone
 
+from kinetis_queue import connections
 from kinetis_queue.contracts import QueuedJob
 from kinetis_queue.db.transactions import write_atomic
 from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedQueuedJobDataError
+from kinetis_queue.job import display_name
 from kinetis_queue.payload.envelope import decode_args, decode_metadata, dumps, loads
 from kinetis_queue.payload.printable import escape
 from kinetis_queue.payload.redaction import scrub, sensitive_values
@@ -161,7 +163,6 @@ def kept_options(record: FailedJob) -> dict[str, Any]:
 
 def shown_class(record: FailedJob) -> str:
     """What the operator sees as the record's job: the task or receiver it carried, else its class path."""
-    from kinetis_queue.job import display_name
 
     try:
         args = record_args(record)
@@ -246,7 +247,6 @@ def retry(failed_job_id: int) -> RetryOutcome:
     record's own database, the push and the removal commit together; on any other store a crash
     between them leaves the job pushed and the record in place (retrying it again pushes a copy).
     """
-    from kinetis_queue import connections
     from kinetis_queue.models import FailedJob
 
     alias = router.db_for_write(FailedJob)

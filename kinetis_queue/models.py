@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 
 from kinetis_queue.db.fields import ExactCharField as ExactCharField  # its home; the migrations name it here
+from kinetis_queue.failed import shown_class
 from kinetis_queue.validation import JOB_ID_LENGTH, MAX_QUEUE_NAME
 
 
@@ -64,7 +65,6 @@ class FailedJob(models.Model):
 
     def __str__(self) -> str:
         # The admin's titles, breadcrumbs and history name the task or receiver, not its carrier class.
-        from kinetis_queue.failed import shown_class
 
         return f"{shown_class(self)} on {self.queue} ({self.job_id})"
 

@@ -36,6 +36,7 @@ from django.utils.safestring import mark_safe
 from kinetis_queue import control, failed
 from kinetis_queue.admin.pages import BREADCRUMBS_AS_LIST as BREADCRUMBS_AS_LIST  # re-exported: its home is pages
 from kinetis_queue.admin.pages import AdminPages
+from kinetis_queue.dashboard.views import dashboard_urls
 from kinetis_queue.exceptions import KinetisQueueError
 from kinetis_queue.models import FailedJob
 from kinetis_queue.observability import status
@@ -340,7 +341,6 @@ class FailedJobAdmin(AdminPages):
             route("<int:object_id>/retry/", self.retry_view, "retry"),
             route("<int:object_id>/forget/", self.forget_view, "forget"),
         ]
-        from kinetis_queue.dashboard.views import dashboard_urls  # it builds on this class: imported late
 
         return [*own, *dashboard_urls(self), *super().get_urls()]
 

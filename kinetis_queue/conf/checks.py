@@ -51,9 +51,16 @@ from django.db import DatabaseError, connections, router
 from kinetis_queue import conf, unique
 from kinetis_queue.backends.sql.options import UNKNOWN_ALIAS
 from kinetis_queue.backends.sql.tables import missing
+from kinetis_queue.connections import backend_class
+from kinetis_queue.contracts import RenewableQueue
 from kinetis_queue.db import tables
 from kinetis_queue.exceptions import QueueConfigurationError, QueueTablesMissingError, QueueUnavailableError
+from kinetis_queue.job import Job, job_class_path
+from kinetis_queue.middleware import middleware_paths
+from kinetis_queue.observability.setup import missing_libraries
+from kinetis_queue.outbox.relay import backlog
 from kinetis_queue.payload import registry
+from kinetis_queue.payload.serializer import contract_problem
 
 #: The tail of conf's message for an SQL connection's unknown DATABASE alias.
 _MISSING_ALIAS = f"['DATABASE'] {UNKNOWN_ALIAS}"
@@ -71,7 +78,6 @@ def _load() -> tuple[conf.QueueSettings | None, list[CheckMessage]]:
 @register()
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E001-E003: the setting validates and every connection's backend can be loaded."""
-    from kinetis_queue.connections import backend_class
 
     loaded, errors = _load()
     if loaded is None:
@@ -90,7 +96,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W001-W003: settings that work but are risky in production."""
     from kinetis_queue.connections import backend_class
-    from kinetis_queue.contracts import RenewableQueue
 
     loaded, _ = _load()
     if loaded is None:
@@ -140,8 +145,6 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
 @register()
 def check_discovery(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E004, E005, E007, E010: every discovery module imports, and its job classes can be pushed and run."""
-    from kinetis_queue.job import Job, job_class_path
-    from kinetis_queue.payload.serializer import contract_problem
 
     errors: list[CheckMessage] = [
         Error(
@@ -258,7 +261,6 @@ def _app_databases() -> list[str]:
 @register()
 def check_observability(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E008: each observability switch that is on has its library."""
-    from kinetis_queue.observability.setup import missing_libraries
 
     try:
         loaded = conf.load()
@@ -270,7 +272,6 @@ def check_observability(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
 @register()
 def check_middleware(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E011: each entry of KINETIS_QUEUE["MIDDLEWARE"] imports and is a middleware class."""
-    from kinetis_queue.middleware import middleware_paths
 
     try:
         conf.load()
@@ -286,7 +287,6 @@ def check_middleware(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
 @register(Tags.database)
 def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W005: no connection's outbox backlog is above its OUTBOX_WARN (in the databases asked about)."""
-    from kinetis_queue.outbox.relay import backlog
 
     warnings: list[CheckMessage] = []
     try:

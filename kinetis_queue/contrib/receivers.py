@@ -31,8 +31,11 @@ from typing import Annotated, Any, TypeVar
 
 from django.dispatch import Signal
 
+from kinetis_queue.connections import queues
+from kinetis_queue.dispatch import push_after_commit
 from kinetis_queue.exceptions import JobReconstructionError, UnserializableJobError
 from kinetis_queue.job import Job, Sensitive
+from kinetis_queue.payload import registry
 from kinetis_queue.payload.serializer import serialize_job
 from kinetis_queue.validation import validate_delay, validate_max_attempts, validate_queue_name
 
@@ -63,7 +66,6 @@ class QueuedReceiverJob(Job):
 def resolve_receiver(path: str) -> Callable[..., Any]:
     """The function registered by ``@queued_receiver`` as ``path``; raises JobReconstructionError saying
     why it is not (registry.py). Imports nothing."""
-    from kinetis_queue.payload import registry
 
     function = _RECEIVERS.get(path)
     if function is not None:
@@ -130,8 +132,6 @@ def queued_receiver(
         _RECEIVERS[path] = function
 
         def push(sender: Any, signal: Signal | None = None, **kwargs: Any) -> str:
-            from kinetis_queue.connections import queues
-            from kinetis_queue.dispatch import push_after_commit
 
             job = QueuedReceiverJob(path, _sender_label(sender), _checked(path, kwargs))
             target = queues.default() if connection is None else queues[connection]

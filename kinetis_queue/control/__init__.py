@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from kinetis_queue import conf
+from kinetis_queue.connections import queues
 from kinetis_queue.contracts import Withdrawal
 from kinetis_queue.exceptions import InvalidQueueArgumentError, QueueUnavailableError
 from kinetis_queue.validation import validate_connection_name, validate_job_id, validate_queue_name
@@ -45,7 +46,6 @@ def cancel_job(job_id: str, connection: str | None = None) -> Withdrawal:
     worker is told), UNKNOWN (recorded: a worker skips it when it meets it) or ABSENT (nothing recorded)."""
     from django.db import router
 
-    from kinetis_queue.connections import queues
     from kinetis_queue.control.models import Cancellation
 
     validate_job_id(job_id)

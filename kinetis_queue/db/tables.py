@@ -11,6 +11,8 @@ from typing import Any
 from django.apps import apps
 from django.db import DatabaseError, connections, router
 
+from kinetis_queue import conf
+from kinetis_queue.backends.sql import SqlQueue
 from kinetis_queue.backends.sql.tables import missing
 from kinetis_queue.exceptions import QueueTablesMissingError
 
@@ -27,7 +29,6 @@ def app_tables(alias: str) -> list[str]:
 def store_databases(model: type[Any]) -> list[str]:
     """The databases that may hold ``model``'s rows for some connection: the one the router names, and
     each SQL connection's own (unique-job locks and concurrency slots live beside its jobs)."""
-    from kinetis_queue import conf
 
     aliases = [router.db_for_write(model)]
     for settings in conf.load().connections.values():
@@ -43,7 +44,6 @@ def require_for(queue: object | None) -> None:
     Raises QueueTablesMissingError. A database that cannot be reached is left for the command's own
     work to report, as before this check existed.
     """
-    from kinetis_queue.backends.sql import SqlQueue
     from kinetis_queue.models import Cancellation, FailedJob, PausedQueue, RestartMarker
 
     if isinstance(queue, SqlQueue):

@@ -18,6 +18,7 @@ from django.db import OperationalError, connections, router
 from django.db.models import Subquery
 
 from kinetis_queue.contracts import Queue
+from kinetis_queue.db.tables import store_databases
 from kinetis_queue.db.transactions import write_atomic
 from kinetis_queue.limits import Slot, SlotStore
 from kinetis_queue.limits.models import LimitSlot
@@ -94,7 +95,6 @@ IDLE_FOR: Final = 86_400
 
 def prune(now: float | None = None) -> int:
     """Delete the slot rows free for IDLE_FOR seconds, in every database that holds some (``queue_prune``)."""
-    from kinetis_queue.db.tables import store_databases
 
     cutoff = (time.time() if now is None else now) - IDLE_FOR
     return sum(

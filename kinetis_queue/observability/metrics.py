@@ -27,7 +27,7 @@ from typing import Any, Final
 from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
 from kinetis_queue.hooks import DeliveryHooks
 from kinetis_queue.job import display_name
-from kinetis_queue.observability import tally
+from kinetis_queue.observability import status, tally
 from kinetis_queue.observability.tally import BUCKETS, FIRST_BUCKET, OUTCOME_INDEX, RUNTIME, TALLY
 from kinetis_queue.outcomes import JobReport
 from kinetis_queue.payload.registry import name_label
@@ -141,8 +141,6 @@ class DepthCollector:
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
-
-        from kinetis_queue.observability import status
 
         family = GaugeMetricFamily(
             "kinetis_queue_queue_depth",

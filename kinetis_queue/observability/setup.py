@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any
 from kinetis_queue import conf, hooks
 from kinetis_queue.exceptions import QueueConfigurationError
 from kinetis_queue.middleware import Middleware, PushDraft, Store
+from kinetis_queue.observability import correlation, tally
+from kinetis_queue.observability import history as history_module
+from kinetis_queue.observability.correlation import CorrelationHooks
 
 if TYPE_CHECKING:
     from kinetis_queue.contracts import PreparedPush, Queue
@@ -49,8 +52,6 @@ def _flags() -> tuple[bool, bool, bool, bool]:
 
 def configure() -> None:
     """Install the push-side providers and observers the setting asks for (and only those)."""
-    from kinetis_queue.observability import correlation, tally
-    from kinetis_queue.observability import history as history_module
 
     metrics, tracing, _, history = _flags()
     providers: list[Any] = [correlation.push_metadata]
@@ -77,7 +78,6 @@ def configure() -> None:
 def worker_hooks() -> list[hooks.DeliveryHooks]:
     """The observability hooks of a new Worker (appended to the app's others): the tally's (one count per
     delivery, read by the history and by the metrics of one process), then those switched on."""
-    from kinetis_queue.observability.correlation import CorrelationHooks
 
     metrics, tracing, job_log, history = _flags()
     found: list[hooks.DeliveryHooks] = [CorrelationHooks()]

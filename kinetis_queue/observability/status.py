@@ -14,9 +14,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kinetis_queue import conf, connections
+from kinetis_queue.backends.sql import SqlQueue
+from kinetis_queue.backends.sql.queue import JOBS_TABLE
+from kinetis_queue.backends.sql.tables import explain
 from kinetis_queue.contracts import DisposableQueue, Queue, QueueStats
 from kinetis_queue.db import tables
 from kinetis_queue.failed import failed_counts
+from kinetis_queue.outbox.relay import backlog, refused_count
 from kinetis_queue.validation import QUEUE_NAME
 
 
@@ -108,7 +112,6 @@ def _outbox(settings: conf.ConnectionSettings) -> OutboxFigures | None:
     """The outbox backlog of a connection that has one (rows in its outbox database)."""
     if settings.outbox is None:
         return None
-    from kinetis_queue.outbox.relay import backlog, refused_count
 
     waiting, oldest = backlog(settings.name, settings.outbox)
     age = None if oldest is None else max(0.0, time.time() - oldest)
@@ -117,9 +120,6 @@ def _outbox(settings: conf.ConnectionSettings) -> OutboxFigures | None:
 
 def _describe_error(queue: Queue, exc: Exception) -> str:
     """Why figures are unavailable; a missing jobs table is said in plain words (run migrate)."""
-    from kinetis_queue.backends.sql import SqlQueue
-    from kinetis_queue.backends.sql.queue import JOBS_TABLE
-    from kinetis_queue.backends.sql.tables import explain
 
     if isinstance(queue, SqlQueue):
         clear = explain(queue.database, exc, JOBS_TABLE)

@@ -38,6 +38,7 @@ from django.views.decorators.http import require_GET
 from kinetis_queue import conf
 from kinetis_queue.exceptions import KinetisQueueError, QueueConfigurationError, QueueTablesMissingError
 from kinetis_queue.observability.health import check
+from kinetis_queue.observability.metrics import DepthCollector, register
 
 T = TypeVar("T")
 
@@ -175,8 +176,6 @@ _DEPTH: list[Any] = []
 
 def _exposition() -> bytes:
     from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
-
-    from kinetis_queue.observability.metrics import DepthCollector, register
 
     register()
     if not _DEPTH:

@@ -18,6 +18,7 @@ from django.urls import reverse
 from kinetis_queue.admin.pages import BREADCRUMBS_AS_LIST
 from kinetis_queue.schedules import declaration
 from kinetis_queue.schedules.models import ScheduleTick
+from kinetis_queue.schedules.scheduler import Scheduler
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[ScheduleTick]
@@ -37,7 +38,6 @@ class ScheduleAdmin(_ModelAdmin):
         return False
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        from kinetis_queue.schedules.scheduler import Scheduler
 
         if not self.has_view_permission(request):
             raise PermissionDenied

@@ -20,9 +20,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 
-from kinetis_queue.exceptions import QueueConfigurationError
+from kinetis_queue import conf
+from kinetis_queue.exceptions import QueueConfigurationError, UnserializableJobError
 from kinetis_queue.job import Job, job_class_path
 from kinetis_queue.payload import registry
+from kinetis_queue.payload.serializer import serialize_job
 from kinetis_queue.validation import QUEUE_NAME
 
 #: The setting's key inside KINETIS_QUEUE.
@@ -240,8 +242,6 @@ def _entry(name: str, entry: Any, source: str, connections: Mapping[str, Any], d
 
 def _check_arguments(found: Schedule, fail: Callable[[str, str], ScheduleConfigurationError]) -> None:
     """ARGS build the job and pass the argument contract (the checks push() makes before any I/O)."""
-    from kinetis_queue.exceptions import UnserializableJobError
-    from kinetis_queue.payload.serializer import serialize_job
 
     try:
         job = found.build_job()
@@ -261,7 +261,6 @@ def _check_arguments(found: Schedule, fail: Callable[[str, str], ScheduleConfigu
 
 def collect() -> tuple[list[Schedule], list[ScheduleConfigurationError]]:
     """Every declared schedule validated: the good ones, and one error per bad one (all of them)."""
-    from kinetis_queue import conf
 
     try:
         loaded = conf.load()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
+from kinetis_queue.backends.sql import SqlQueue
 from kinetis_queue.connections import queues
 from kinetis_queue.contracts import Queue
 from kinetis_queue.outbox import outbox_of
@@ -93,7 +94,6 @@ class Scheduler:
         return store
 
     def _build_store(self, queue: Queue) -> ClaimStore:
-        from kinetis_queue.backends.sql import SqlQueue
 
         if isinstance(queue, SqlQueue):
             return SqlClaims(queue.database)

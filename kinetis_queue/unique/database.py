@@ -27,6 +27,7 @@ from typing import Final
 from django.db import IntegrityError, OperationalError, connections, router, transaction
 
 from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
+from kinetis_queue.db.tables import store_databases
 from kinetis_queue.exceptions import DuplicateJobError
 from kinetis_queue.unique import METADATA_KEY, HeldLock, LockStore, UniqueLock, Until, without_lock
 from kinetis_queue.unique.models import UniqueLockRecord
@@ -154,7 +155,6 @@ class DatabaseLocks(LockStore):
 
 def prune(now: float | None = None) -> int:
     """Delete the lock rows whose key has expired, in every database that holds some (``queue_prune``)."""
-    from kinetis_queue.db.tables import store_databases
 
     cutoff = time.time() if now is None else now
     return sum(

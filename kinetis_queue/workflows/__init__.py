@@ -12,8 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kinetis_queue.connections import queues
+from kinetis_queue.control import cancel_many
 from kinetis_queue.job import Job
 from kinetis_queue.validation import validate_queue_name
+from kinetis_queue.workflows import engine, inline
 from kinetis_queue.workflows.spec import Batch, Chain
 
 __all__ = ["Batch", "Chain", "WorkflowHandle", "batch", "chain", "handle"]
@@ -30,7 +33,6 @@ class WorkflowHandle:
         "cancelled": n, "kind": ..., "callbacks": {name: state}}``; state is "running", "succeeded",
         "failed" or "cancelled" (a nested workflow counts as one member); a callback that will never fire
         (the batch ended the other way) is "skipped"."""
-        from kinetis_queue.workflows import engine
 
         return engine.status(self.id)
 
@@ -79,8 +81,6 @@ def handle(workflow_id: str) -> WorkflowHandle:
 
 
 def _dispatch(spec: Chain | Batch, queue_name: str, connection: str | None) -> WorkflowHandle:
-    from kinetis_queue.connections import queues
-    from kinetis_queue.workflows import engine, inline
 
     validate_queue_name(queue_name)
     target = queues.default() if connection is None else queues[connection]
@@ -92,7 +92,6 @@ def _dispatch(spec: Chain | Batch, queue_name: str, connection: str | None) -> W
 def _tell_running(told: list[tuple[str, str]]) -> None:
     """Cancel the pushed members' jobs, so a queued one is skipped and a running one sees context.cancelled:
     per connection at once (``cancel_many()``), so the statements do not grow with the member count."""
-    from kinetis_queue.control import cancel_many
 
     per_connection: dict[str, list[str]] = {}
     for connection, job_id in told:

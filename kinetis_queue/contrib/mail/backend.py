@@ -31,6 +31,7 @@ from django.core.mail.backends.base import BaseEmailBackend
 from django.db import transaction
 
 from kinetis_queue import conf
+from kinetis_queue.connections import queues
 from kinetis_queue.contracts import PreparedPush, Queue
 from kinetis_queue.contrib.mail.jobs import SendMailJob
 from kinetis_queue.contrib.mail.message import to_payload
@@ -50,7 +51,6 @@ class QueuedEmailBackend(BaseEmailBackend):
         if not email_messages:
             return 0
         settings = conf.mail()
-        from kinetis_queue.connections import queues
 
         target = queues.default() if settings.connection is None else queues[settings.connection]
         prepared = [self._prepare(target, message, settings) for message in email_messages if message.recipients()]

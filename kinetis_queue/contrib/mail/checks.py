@@ -15,6 +15,7 @@ from django.core.mail.backends.base import BaseEmailBackend
 from django.utils.module_loading import import_string
 
 from kinetis_queue import conf
+from kinetis_queue.contrib.mail.backend import QueuedEmailBackend
 from kinetis_queue.exceptions import QueueConfigurationError
 from kinetis_queue.schema import key
 
@@ -22,7 +23,6 @@ from kinetis_queue.schema import key
 @register()
 def check_mail(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E009: KINETIS_QUEUE["MAIL"] validates and names a backend that sends."""
-    from kinetis_queue.contrib.mail.backend import QueuedEmailBackend
 
     try:
         mail = conf.mail()

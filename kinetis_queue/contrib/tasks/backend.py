@@ -26,6 +26,7 @@ from django.utils import timezone
 from django.utils.crypto import get_random_string
 
 from kinetis_queue import conf, connections, signals
+from kinetis_queue.backends.sql import SqlQueue
 from kinetis_queue.backends.sql.tables import explain
 from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
 from kinetis_queue.contrib.tasks.compat import (
@@ -330,7 +331,6 @@ def _load_task(path: str) -> AnyTask:
 def _stores_jobs_in(queue: Queue, alias: str) -> bool:
     """Whether ``queue`` writes its jobs through Django's connection for ``alias`` (the SQL backend
     on that database): then a push inside ``atomic()`` commits or rolls back with the result row."""
-    from kinetis_queue.backends.sql import SqlQueue
 
     return isinstance(queue, SqlQueue) and queue.database == alias
 

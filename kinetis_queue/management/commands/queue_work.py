@@ -16,8 +16,11 @@ from django.core.management.base import CommandError, CommandParser
 
 from kinetis_queue import conf, connections
 from kinetis_queue.contracts import DisposableQueue, Queue, RenewableQueue
+from kinetis_queue.control import paused_queues
 from kinetis_queue.db import tables
 from kinetis_queue.exceptions import KinetisQueueError
+from kinetis_queue.failed import failed_counts
+from kinetis_queue.hooks import HookChain
 from kinetis_queue.management.commands import _reload
 from kinetis_queue.management.commands._arguments import (
     connection_name,
@@ -26,14 +29,23 @@ from kinetis_queue.management.commands._arguments import (
     queue_list,
 )
 from kinetis_queue.management.commands._output import QueueCommand
+from kinetis_queue.middleware import worker_hooks
+from kinetis_queue.observability.liveness import HeartbeatFile, touch
 from kinetis_queue.observability.logs import PlainFormatter
+from kinetis_queue.observability.metrics import start_server
+from kinetis_queue.observability.registry import WorkerRegistry
+from kinetis_queue.observability.setup import missing_libraries
+from kinetis_queue.outbox.relay import Relay
 from kinetis_queue.payload import registry
 from kinetis_queue.payload.printable import printable
+from kinetis_queue.schedules import declaration
+from kinetis_queue.schedules.scheduler import Scheduler
 from kinetis_queue.validation import MAX_RETRY_DELAY
 from kinetis_queue.worker import DEFAULT_PREFETCH, ExitReason, JobOutcome, JobReport, Worker
 from kinetis_queue.worker.background import BackgroundLoop
 from kinetis_queue.worker.log import JOB_LOGGER
 from kinetis_queue.worker.restart import marker_for
+from kinetis_queue.worker.supervisor import supervise
 
 if TYPE_CHECKING:
     from kinetis_queue.hooks import DeliveryHooks
@@ -338,7 +350,6 @@ class Command(QueueCommand):
         return watcher
 
     def _supervise(self, processes: int, verbosity: int) -> None:
-        from kinetis_queue.worker.supervisor import supervise
 
         def say(line: str) -> None:
             if verbosity >= 1:
@@ -415,7 +426,6 @@ def _serve_metrics(port: int | None, processes: int) -> None:
         return
     if not conf.load().metrics:
         raise CommandError("--metrics-port needs KINETIS_QUEUE['METRICS'] = True")
-    from kinetis_queue.observability.setup import missing_libraries
 
     missing = missing_libraries(conf.load())
     if missing:
@@ -425,7 +435,6 @@ def _serve_metrics(port: int | None, processes: int) -> None:
 
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="kinetis-queue-metrics-")
         os.environ[METRICS_CHILD] = "1"
-    from kinetis_queue.observability.metrics import start_server
 
     try:
         start_server(port)
@@ -438,9 +447,6 @@ def _worker_hooks(
 ) -> DeliveryHooks:
     """The app's hooks of every worker, this process's entry in the worker registry (queue_workers), and its
     heartbeat file when it has one (--heartbeat-file)."""
-    from kinetis_queue.hooks import HookChain
-    from kinetis_queue.middleware import worker_hooks
-    from kinetis_queue.observability.registry import WorkerRegistry
 
     hooks = [worker_hooks(), WorkerRegistry(connection, queues, concurrency)]
     return HookChain(hooks if heartbeat is None else [*hooks, heartbeat])
@@ -450,7 +456,6 @@ def _heartbeat_file(path: Path | None, poll_wait: float) -> DeliveryHooks | None
     """``--heartbeat-file``: the hook that keeps it fresh, once the file is known to be writable."""
     if path is None:
         return None
-    from kinetis_queue.observability.liveness import HeartbeatFile, touch
 
     try:
         touch(path)
@@ -462,7 +467,6 @@ def _heartbeat_file(path: Path | None, poll_wait: float) -> DeliveryHooks | None
 def _declared_schedules() -> list[Schedule]:
     """The schedules this worker fires (every declared one), validated before the worker starts: a
     declaration that ``manage.py check`` reports (E006) stops it, as it stops ``queue_schedule``."""
-    from kinetis_queue.schedules import declaration
 
     try:
         return declaration.load()
@@ -479,7 +483,6 @@ def _start_scheduler(schedules: list[Schedule]) -> BackgroundLoop | None:
     """
     if not schedules:
         return None
-    from kinetis_queue.schedules.scheduler import Scheduler
 
     scheduler = BackgroundLoop("scheduler", Scheduler(schedules).fire_due)
     scheduler.start()
@@ -490,7 +493,6 @@ def _start_relay(queue: Queue, settings: conf.ConnectionSettings) -> BackgroundL
     """The outbox relay beside the worker, when its connection has one (kinetis_queue/outbox/relay.py)."""
     if settings.outbox is None:
         return None
-    from kinetis_queue.outbox.relay import Relay
 
     relay = Relay(queue, settings.outbox)
     loop = BackgroundLoop("outbox relay", relay.step, on_stop=relay.close)
@@ -505,7 +507,6 @@ def _unknown_queue_notes(queue: Queue, connection: str, watched: tuple[str, ...]
     What "known" means is the store's (Queue.queue_known): SQL and Redis, holding a job now; SQS,
     the queue exists; RabbitMQ, it is declared. A store that cannot tell gets no note.
     """
-    from kinetis_queue.failed import failed_counts
 
     try:
         failed = {q for (c, q) in failed_counts(conf.load().default_connection) if c == connection}
@@ -531,7 +532,6 @@ def _unknown_queue_notes(queue: Queue, connection: str, watched: tuple[str, ...]
 
 def _paused_among(connection: str, watched: tuple[str, ...]) -> tuple[str, ...] | None:
     """The watched queues paused on the connection now (queue_pause), in watch order; None when unreadable."""
-    from kinetis_queue.control import paused_queues
 
     try:
         paused = set(paused_queues(connection))
