@@ -38,6 +38,10 @@ def _canary_module(directory: Path, name: str, canary: Path) -> None:
     )
 
 
+# The drain after the workers (procs.drain, in this process) may settle a reconstruction failure that a stopping
+# worker gave back or that SQS delivered twice: its "failed permanently" ERROR line is this test's own outcome
+# (loaded fresh-clone run ci6, sqs: os.system's job at attempt 2), not a stray record of another test's worker.
+@pytest.mark.logs_errors("kinetis_queue.worker")
 def test_malformed_messages_are_removed_once_and_never_run(
     backend: Backend,
     connection: Queue,
