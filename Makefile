@@ -111,7 +111,9 @@ $(VENV)/.installed: pyproject.toml scripts/system-deps.sh
 	  echo "venv: creating $(VENV) with $$py ($$("$$py" -V))"; \
 	  "$$py" -m venv --clear "$(VENV)"; \
 	fi
-	"$(PY)" -m pip install --quiet --progress-bar off 'uv>=0.9'
+	@# -qq: pip's warnings about the machine's own pip configuration (find-links folders that are not there) are no
+	@# finding of the project's; an error still prints.
+	"$(PY)" -m pip install --quiet --quiet --progress-bar off 'uv>=0.9'
 	"$(UV)" pip install --python "$(PY)" -e '.[dev]'
 	touch "$@"
 
