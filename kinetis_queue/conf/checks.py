@@ -95,7 +95,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 @register(deploy=True)
 def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W001-W003: settings that work but are risky in production."""
-    from kinetis_queue.connections import backend_class
 
     loaded, _ = _load()
     if loaded is None:

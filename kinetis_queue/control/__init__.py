@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from kinetis_queue import conf
-from kinetis_queue.connections import queues
+from kinetis_queue.connections import backend_class, queues
 from kinetis_queue.contracts import Withdrawal
 from kinetis_queue.exceptions import InvalidQueueArgumentError, QueueUnavailableError
 from kinetis_queue.validation import validate_connection_name, validate_job_id, validate_queue_name
@@ -62,7 +62,6 @@ def cancel_many(job_ids: Sequence[str], connection: str | None = None) -> dict[s
     statements whatever their count: one ``Queue.withdraw_many()``, one insert of the Cancellation rows."""
     from django.db import router
 
-    from kinetis_queue.connections import queues
     from kinetis_queue.control.models import Cancellation
 
     for job_id in job_ids:
@@ -141,8 +140,6 @@ def connection_name(connection: str | None, *, pausing: bool = False) -> str:
         validate_connection_name(connection)
     settings = conf.connection_settings(connection)
     if pausing:
-        from kinetis_queue.connections import backend_class
-
         try:
             inline = backend_class(settings).runs_inline
         except QueueUnavailableError:  # its client library is missing here: a store all the same

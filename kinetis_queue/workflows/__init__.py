@@ -39,7 +39,6 @@ class WorkflowHandle:
     def cancel(self) -> bool:
         """Cancel what has not ended: waiting members never start, queued ones are skipped when popped,
         running ones see ``context.cancelled``; no callback fires. False when it had ended already."""
-        from kinetis_queue.workflows import engine
 
         told = engine.cancel(self.id)
         _tell_running(told)

@@ -327,7 +327,6 @@ RESHAPE_NEXT = {
     ("kinetis_queue.backends.redis.queue", "kinetis_queue.backends.redis.sentinel"),
     ("kinetis_queue.backends.sql.unique", "kinetis_queue.backends.sql.queue"),
     ("kinetis_queue.conf", "kinetis_queue.contracts"),
-    ("kinetis_queue.conf.checks", "kinetis_queue.connections"),
     ("kinetis_queue.connections", "kinetis_queue.middleware"),
     ("kinetis_queue.connections", "kinetis_queue.observability.setup"),
     ("kinetis_queue.connections", "kinetis_queue.outbox"),
@@ -335,7 +334,6 @@ RESHAPE_NEXT = {
     ("kinetis_queue.connections", "kinetis_queue.payload.registry"),
     ("kinetis_queue.contrib.mail.backend", "kinetis_queue.dispatch"),
     ("kinetis_queue.contrib.mail.jobs", "kinetis_queue.contrib.mail.backend"),
-    ("kinetis_queue.control", "kinetis_queue.connections"),
     ("kinetis_queue.failed", "kinetis_queue.worker.job_timeout"),
     ("kinetis_queue.failed", "kinetis_queue.worker.settlement"),
     ("kinetis_queue.job", "kinetis_queue.payload.registry"),
@@ -347,7 +345,6 @@ RESHAPE_NEXT = {
     ("kinetis_queue.schedules.scheduler", "kinetis_queue.backends.redis"),
     ("kinetis_queue.schedules.stores", "kinetis_queue.backends.redis.scripts"),
     ("kinetis_queue.values", "kinetis_queue.payload.serializer"),
-    ("kinetis_queue.workflows", "kinetis_queue.workflows.engine"),
     ("kinetis_queue.workflows.engine", "kinetis_queue.workflows.jobs"),
 }
 
