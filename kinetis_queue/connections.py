@@ -17,6 +17,8 @@ from django.dispatch import receiver
 from kinetis_queue import conf
 from kinetis_queue.contracts import ClearableQueue, DisposableQueue, Queue
 from kinetis_queue.exceptions import QueueConfigurationError, QueueNotClearableError, QueueUnavailableError
+from kinetis_queue.outbox import attach
+from kinetis_queue.outbox.database import DatabaseOutbox
 
 
 def backend_class(settings: conf.ConnectionSettings) -> type[Queue]:
@@ -59,9 +61,6 @@ def build_from(settings: conf.ConnectionSettings) -> Queue:
     """Build a fresh queue from a connection's settings, its outbox included (the caller owns and disposes it)."""
     queue = backend_class(settings).from_settings(settings)
     if settings.outbox is not None:
-        from kinetis_queue.outbox import attach
-        from kinetis_queue.outbox.database import DatabaseOutbox
-
         attach(queue, DatabaseOutbox(settings.name, settings.outbox))
     return queue
 
@@ -128,12 +127,6 @@ queue = DefaultQueueProxy()
 def _reset_on_setting_change(*, setting: str, **kwargs: Any) -> None:
     if setting in ("KINETIS_QUEUE", "DATABASES"):
         queues.dispose_all()
-    if setting == "KINETIS_QUEUE":
-        from kinetis_queue import middleware
-        from kinetis_queue.observability import setup
-        from kinetis_queue.payload import registry
-
-        registry.forget_runnable()  # IMPORTS decides which classes a push accepts
-        middleware.forget()  # MIDDLEWARE
-
-        setup.configure()
+    # What else KINETIS_QUEUE decides forgets itself, each where it is kept: the middleware chain
+    # (kinetis_queue.middleware), the classes a push accepts (payload/registry.py), observability's switches
+    # (observability/setup.py).

@@ -25,8 +25,7 @@ from kinetis_queue import connections
 from kinetis_queue.contracts import QueuedJob
 from kinetis_queue.db.transactions import write_atomic
 from kinetis_queue.exceptions import InvalidQueueArgumentError, MalformedQueuedJobDataError
-from kinetis_queue.job import display_name
-from kinetis_queue.payload.envelope import decode_args, decode_metadata, dumps, loads
+from kinetis_queue.payload.envelope import RETRY_KEY, TIMEOUT_KEY, decode_args, decode_metadata, dumps, loads
 from kinetis_queue.payload.printable import escape
 from kinetis_queue.payload.redaction import scrub, sensitive_values
 from kinetis_queue.payload.serializer import deserialize_job
@@ -152,23 +151,15 @@ def kept_options(record: FailedJob) -> dict[str, Any]:
     limit), for its retry; each is validated where the worker reads it, like any pushed job's.
 
     Queue, max_attempts and priority are push arguments of their own; a class's ``unique_for`` is applied
-    by prepare(), as for any push. Imported here: kinetis_queue.worker.settlement imports this module.
+    by prepare(), as for any push.
     """
-    from kinetis_queue.worker.job_timeout import TIMEOUT_KEY
-    from kinetis_queue.worker.settlement import RETRY_KEY
-
     metadata = record_metadata(record)
     return {key: metadata[key] for key in (RETRY_KEY, TIMEOUT_KEY) if key in metadata}
 
 
 def shown_class(record: FailedJob) -> str:
     """What the operator sees as the record's job: the task or receiver it carried, else its class path."""
-
-    try:
-        args = record_args(record)
-    except Exception:
-        return record.job_class
-    return display_name(record.job_class, args)
+    return record.shown_class()
 
 
 # -- the operator's operations ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from kinetis_queue.exceptions import UnresolvableJobParameterError
 from kinetis_queue.validation import MAX_RETRY_DELAY
 
 if TYPE_CHECKING:
-    from kinetis_queue.limits import ConcurrencyLimit
+    from kinetis_queue.limits.store import ConcurrencyLimit
 
 
 class _SensitiveMarker:
@@ -167,17 +167,6 @@ def display_name(path: str, args: Mapping[str, Any]) -> str:
         return cls.display_name(args)
     except Exception:
         return path
-
-
-def resolve_job_class(path: str) -> type[Job]:
-    """The Job subclass stored as ``path``, among classes this process registered (registry.py).
-
-    Nothing is imported: a payload never makes the worker import a module. Raises
-    JobReconstructionError naming the real reason (its module failed to import, was never imported...).
-    """
-    from kinetis_queue.payload import registry
-
-    return registry.resolve_job_class(path)
 
 
 #: Per job class: for each handle() parameter, whether it receives the JobContext.

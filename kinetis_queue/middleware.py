@@ -23,6 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
 from kinetis_queue.exceptions import InvalidQueueArgumentError, QueueConfigurationError
 from kinetis_queue.hooks import DeliveryHooks, HookChain
 
@@ -227,3 +230,9 @@ def worker_hooks() -> DeliveryHooks:
 def forget() -> None:
     """Read the chain from the settings again at its next use (KINETIS_QUEUE changed)."""
     _registry.forget()
+
+
+@receiver(setting_changed)
+def _forget_on_setting_change(*, setting: str, **kwargs: Any) -> None:
+    if setting == "KINETIS_QUEUE":
+        forget()

@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.db import models
 
 from kinetis_queue.db.fields import ExactCharField as ExactCharField  # its home; the migrations name it here
-from kinetis_queue.failed import shown_class
+from kinetis_queue.job import display_name
+from kinetis_queue.payload.envelope import decode_args, loads
 from kinetis_queue.validation import JOB_ID_LENGTH, MAX_QUEUE_NAME
 
 
@@ -65,8 +66,15 @@ class FailedJob(models.Model):
 
     def __str__(self) -> str:
         # The admin's titles, breadcrumbs and history name the task or receiver, not its carrier class.
+        return f"{self.shown_class()} on {self.queue} ({self.job_id})"
 
-        return f"{shown_class(self)} on {self.queue} ({self.job_id})"
+    def shown_class(self) -> str:
+        """What the operator sees as the record's job: the task or receiver it carried, else its class path."""
+        try:
+            args = decode_args(loads(self.args))
+        except Exception:
+            return self.job_class
+        return display_name(self.job_class, args)
 
 
 class RestartMarker(models.Model):

@@ -448,14 +448,14 @@ def backend_options(backend: str) -> BackendOptions | None:
     builtin = builtin_backends().get(backend)
     if builtin is not None:
         return builtin.options
-    from kinetis_queue.contracts import Queue
-
     module_name, _, class_name = backend.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), class_name, None)
     except (ImportError, ValueError):  # ValueError: an empty module name (".Queue")
         return None
-    return cls.settings_schema if isinstance(cls, type) and issubclass(cls, Queue) else None
+    # Read as a declaration, not by asking issubclass(cls, Queue): settings sit below the contract.
+    declared = getattr(cls, "settings_schema", None) if isinstance(cls, type) else None
+    return declared if isinstance(declared, BackendOptions) else None
 
 
 def connection_settings(name: str | None = None) -> ConnectionSettings:

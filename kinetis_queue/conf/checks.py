@@ -57,6 +57,7 @@ from kinetis_queue.db import tables
 from kinetis_queue.exceptions import QueueConfigurationError, QueueTablesMissingError, QueueUnavailableError
 from kinetis_queue.job import Job, job_class_path
 from kinetis_queue.middleware import middleware_paths
+from kinetis_queue.models import FailedJob
 from kinetis_queue.observability.setup import missing_libraries
 from kinetis_queue.outbox.relay import backlog
 from kinetis_queue.payload import registry
@@ -249,8 +250,6 @@ def _running_command() -> tuple[object | None, Any]:
 
 def _app_databases() -> list[str]:
     """The databases the app writes to: the router's for its tables, and each SQL connection's."""
-    from kinetis_queue.models import FailedJob
-
     try:
         return tables.store_databases(FailedJob)
     except QueueConfigurationError:

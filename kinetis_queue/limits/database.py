@@ -20,8 +20,8 @@ from django.db.models import Subquery
 from kinetis_queue.contracts import Queue
 from kinetis_queue.db.tables import store_databases
 from kinetis_queue.db.transactions import write_atomic
-from kinetis_queue.limits import Slot, SlotStore
 from kinetis_queue.limits.models import LimitSlot
+from kinetis_queue.limits.store import Slot, SlotStore
 
 #: Attempts of a take whose transaction the database rolled back (a deadlock creating a key's rows,
 #: SQLite's busy database).

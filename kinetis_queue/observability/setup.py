@@ -8,12 +8,18 @@ import importlib.util
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
 from kinetis_queue import conf, hooks
 from kinetis_queue.exceptions import QueueConfigurationError
 from kinetis_queue.middleware import Middleware, PushDraft, Store
 from kinetis_queue.observability import correlation, tally
 from kinetis_queue.observability import history as history_module
+from kinetis_queue.observability import metrics as metrics_module
 from kinetis_queue.observability.correlation import CorrelationHooks
+from kinetis_queue.observability.logs import JobLogHooks
+from kinetis_queue.observability.tally import TallyHooks
 
 if TYPE_CHECKING:
     from kinetis_queue.contracts import PreparedPush, Queue
@@ -59,8 +65,6 @@ def configure() -> None:
     history_module.switch(history)
     per_process_metrics = False
     if metrics:
-        from kinetis_queue.observability import metrics as metrics_module
-
         metrics_module.register()
         per_process_metrics = metrics_module.multiprocess()
         if per_process_metrics:
@@ -75,6 +79,12 @@ def configure() -> None:
     PUSH_OBSERVERS[:] = observers
 
 
+@receiver(setting_changed)
+def _configure_on_setting_change(*, setting: str, **kwargs: Any) -> None:
+    if setting == "KINETIS_QUEUE":
+        configure()
+
+
 def worker_hooks() -> list[hooks.DeliveryHooks]:
     """The observability hooks of a new Worker (appended to the app's others): the tally's (one count per
     delivery, read by the history and by the metrics of one process), then those switched on."""
@@ -83,26 +93,18 @@ def worker_hooks() -> list[hooks.DeliveryHooks]:
     found: list[hooks.DeliveryHooks] = [CorrelationHooks()]
     per_process_metrics = False
     if metrics:
-        from kinetis_queue.observability import metrics as metrics_module
-
         per_process_metrics = metrics_module.multiprocess()
         if per_process_metrics:
             found.append(metrics_module.MultiprocessHooks())
     if history:
-        from kinetis_queue.observability.history import HistoryHooks
-
-        found.append(HistoryHooks())
+        found.append(history_module.HistoryHooks())
     elif metrics and not per_process_metrics:
-        from kinetis_queue.observability.tally import TallyHooks
-
         found.append(TallyHooks())
     if tracing:
         from kinetis_queue.observability.tracing import TracingHooks
 
         found.append(TracingHooks())
     if job_log:
-        from kinetis_queue.observability.logs import JobLogHooks
-
         found.append(JobLogHooks())
     return found
 

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 from kinetis_queue.exceptions import MalformedJobSettledError, MalformedQueuedJobDataError
 from kinetis_queue.job import MAX_CLASS_PATH, is_class_path
@@ -190,6 +190,14 @@ _KEYS = frozenset(("id", "pushedAt", "class", "args", "attempts", "maxAttempts",
 
 
 # -- the message body of SQS and RabbitMQ ---------------------------------------------------------
+
+#: The metadata key of a job's own retry rule, ``{"delay": seconds, "backoff": "exponential" | "fixed"}``
+#: (written by the django.tasks backend from ``@task(retry_delay=..., backoff=...)``); absent: the worker's.
+#: The worker reads it (worker/settlement.py); a retried failed job keeps it (failed.py).
+RETRY_KEY: Final = "kinetis_queue.retry"
+#: The metadata key of a job's own limit on one attempt, in seconds (written by the django.tasks backend
+#: from ``@task(timeout=...)``); it replaces the worker's ``--timeout`` for that job (worker/job_timeout.py).
+TIMEOUT_KEY: Final = "kinetis_queue.timeout"
 
 #: The keys of an SQS or RabbitMQ message body; attempts, maxAttempts and metadata travel beside it.
 BODY_KEYS = frozenset(("id", "pushedAt", "class", "args"))

@@ -18,8 +18,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 from kinetis_queue.contracts import QueuedJob
-from kinetis_queue.job import Job, resolve_job_class
+from kinetis_queue.job import Job
 from kinetis_queue.payload.envelope import decode_args, dumps, loads
+from kinetis_queue.payload.registry import resolve_job_class
 from kinetis_queue.payload.serializer import shown_parameters, typed_parameters
 
 if TYPE_CHECKING:

@@ -27,9 +27,11 @@ import sys
 import threading
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Final
+from typing import Any, Final
 
 from django.apps import apps
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils.module_loading import module_has_submodule
 
 from kinetis_queue import conf
@@ -219,6 +221,12 @@ def ensure_runnable(cls: type[Job]) -> None:
 def forget_runnable() -> None:
     """Drop the per-class verdicts: a changed KINETIS_QUEUE["IMPORTS"] changes what a worker imports."""
     _runnable.clear()
+
+
+@receiver(setting_changed)
+def _forget_on_setting_change(*, setting: str, **kwargs: Any) -> None:
+    if setting == "KINETIS_QUEUE":
+        forget_runnable()
 
 
 def runnable_problem(cls: type[Job], *, discovery: bool = True) -> str | None:

@@ -22,7 +22,8 @@ from typing import Annotated, Any, Final, Union
 
 from kinetis_queue import values
 from kinetis_queue.exceptions import JobReconstructionError, UnserializableJobError
-from kinetis_queue.job import MAX_CLASS_PATH, Job, Sensitive, is_class_path, job_class_path, resolve_job_class
+from kinetis_queue.job import MAX_CLASS_PATH, Job, Sensitive, is_class_path, job_class_path
+from kinetis_queue.payload.registry import resolve_job_class
 from kinetis_queue.validation import MAX_DEPTH, is_utf8
 from kinetis_queue.values import (
     Codec,
@@ -32,6 +33,7 @@ from kinetis_queue.values import (
     MissingModelError,
     MissingModelSkipped,
     Rejected,
+    TypedCodec,
 )
 
 __all__ = [
@@ -284,9 +286,13 @@ def _serialize_arg(path: str, param: _Param, value: Any) -> Any:
             return None
         if param.codec is not None and value is not None:
             try:
-                return param.codec.encode(value)
+                encoded = param.codec.encode(value)
             except Rejected as rejected:
                 raise _rejected(path, param, rejected.reason) from None
+            if isinstance(param.codec, TypedCodec) and (reason := check_plain(encoded["data"])) is not None:
+                alias = param.codec.writer.alias
+                raise _rejected(path, param, f"to_data() of value type {alias!r} returned data that {reason}")
+            return encoded
         if param.restore is _Restore.ENUM and kind is param.target:
             stored = value.value
             if type(stored) is int:
@@ -472,7 +478,7 @@ def _rejected(path: str, param: _Param, reason: str, location: str = "") -> Unse
 
 
 def deserialize_job(class_path: str, args: Any) -> Job:
-    """Rebuild the job; any mismatch raises JobReconstructionError (class resolved via job.resolve_job_class).
+    """Rebuild the job; any mismatch raises JobReconstructionError (class resolved via registry.resolve_job_class).
 
     Schema drift between the pushing and the popping code is the job's own failure, so every way the
     stored data can disagree with the current class ends here as one error type, never with a value.

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 from django.db import IntegrityError, router, transaction
 
 from kinetis_queue import crashpoints
+from kinetis_queue.backends.redis.scripts import storing
 from kinetis_queue.contracts import PreparedPush, Queue
 from kinetis_queue.exceptions import ConnectionFailedError
 from kinetis_queue.schedules.declaration import Schedule
@@ -218,17 +219,10 @@ class DatabaseClaims(_RowClaims):
         return pushed
 
 
-_FIRE_SCRIPT: Any = None
-
-
-def _fire_script() -> Any:
-    global _FIRE_SCRIPT
-    if _FIRE_SCRIPT is None:
-        from kinetis_queue.backends.redis.scripts import storing
-
-        text = resources.files(__package__).joinpath("fire.lua").read_text(encoding="utf-8")
-        _FIRE_SCRIPT = storing("schedule fire", text, unique=True)  # pushes as push() does: priority, unique lock
-    return _FIRE_SCRIPT
+#: fire.lua: claims a tick and pushes its job as push() does (priority, unique lock), in one script.
+FIRE_SCRIPT: Final = storing(
+    "schedule fire", resources.files(__package__).joinpath("fire.lua").read_text(encoding="utf-8"), unique=True
+)
 
 
 class RedisClaims(ClaimStore):
@@ -253,7 +247,7 @@ class RedisClaims(ClaimStore):
             keys.append(locks.key(lock.key, schedule.queue))
             args += locks.lock_args(lock)
         crashpoints.reach(BEFORE_SCRIPT)
-        done = self.queue._client.script(_fire_script(), keys, args, True)  # durable: a push (WAIT_REPLICAS)
+        done = self.queue._client.script(FIRE_SCRIPT, keys, args, True)  # durable: a push (WAIT_REPLICAS)
         return None if done == 0 else str(done.decode("ascii"))
 
     def last(self, schedule: str) -> LastFired | None:

@@ -29,8 +29,8 @@ from django.db import IntegrityError, OperationalError, connections, router, tra
 from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
 from kinetis_queue.db.tables import store_databases
 from kinetis_queue.exceptions import DuplicateJobError
-from kinetis_queue.unique import METADATA_KEY, HeldLock, LockStore, UniqueLock, Until, without_lock
 from kinetis_queue.unique.models import UniqueLockRecord
+from kinetis_queue.unique.store import METADATA_KEY, HeldLock, LockStore, UniqueLock, Until, without_lock
 
 #: Seconds an unconfirmed key (its push in flight) holds off other pushes before they take it over:
 #: well above a push's worst latency, so only a dead pusher's key is taken.

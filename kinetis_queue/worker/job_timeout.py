@@ -14,10 +14,7 @@ from typing import Any, Final
 
 from kinetis_queue.exceptions import JobTimeoutError, JobTimeoutInterrupt
 from kinetis_queue.job import JobContext, call_handle
-
-#: The metadata key of a job's own limit on one attempt, in seconds (written by the django.tasks backend
-#: from ``@task(timeout=...)``); it replaces the worker's ``--timeout`` for that job.
-TIMEOUT_KEY: Final = "kinetis_queue.timeout"
+from kinetis_queue.payload.envelope import TIMEOUT_KEY as TIMEOUT_KEY  # its home: the stored form of a job
 
 #: SIGALRM interrupts a running handle() for job_timeout (POSIX, main thread only).
 CAN_INTERRUPT: Final = hasattr(signal, "setitimer") and hasattr(signal, "SIGALRM")

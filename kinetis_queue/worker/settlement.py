@@ -19,6 +19,7 @@ from kinetis_queue.failed import MAX_RECORDED_TEXT, FailedJobRecorder, exception
 from kinetis_queue.hooks import DeliveryHooks
 from kinetis_queue.job import Snooze
 from kinetis_queue.outcomes import AtLimit, JobOutcome, SkipDelivery
+from kinetis_queue.payload.envelope import RETRY_KEY as RETRY_KEY  # its home: the stored form of a job
 from kinetis_queue.payload.envelope import Envelope
 from kinetis_queue.payload.redaction import display_json, for_observers, scrub_for
 from kinetis_queue.validation import MAX_RETRY_DELAY
@@ -30,9 +31,6 @@ from kinetis_queue.worker.log import attempt_of, contained, describe, job_name, 
 MAX_RETRY_EXPONENT: Final = 10
 #: The metadata key counting a job's snoozes (kinetis_queue.job.Snooze); absent on a plain push.
 SNOOZES_KEY: Final = "kinetis_queue.snoozes"
-#: The metadata key of a job's own retry rule, ``{"delay": seconds, "backoff": "exponential" | "fixed"}``
-#: (written by the django.tasks backend from ``@task(retry_delay=..., backoff=...)``); absent: the worker's.
-RETRY_KEY: Final = "kinetis_queue.retry"
 #: The backoff rules a RETRY_KEY may name: doubling from the delay (the worker's rule), or the delay each time.
 BACKOFFS: Final = ("exponential", "fixed")
 

@@ -45,6 +45,7 @@ from kinetis_queue.contracts import PreparedPush, Queue
 from kinetis_queue.db.transactions import write_atomic
 from kinetis_queue.job import Job, job_class_path
 from kinetis_queue.payload.envelope import decode_envelope
+from kinetis_queue.workflows.jobs import WorkflowCallback
 from kinetis_queue.workflows.models import Workflow, WorkflowMember
 from kinetis_queue.workflows.spec import Batch, Chain
 
@@ -124,8 +125,6 @@ def _plan_workflow(
         for name, index in CALLBACKS.items():
             job = getattr(spec, name)
             if job is not None:
-                from kinetis_queue.workflows.jobs import WorkflowCallback
-
                 carrier = WorkflowCallback.wrapping(workflow.id, name, job)
                 planned.members.append(_job_member(workflow, index, "callback", carrier, queue, queue_name, now, name))
     return workflow

@@ -46,7 +46,7 @@ from kinetis_queue.exceptions import (
     QueueConfigurationError,
     StaleJobHandleError,
 )
-from kinetis_queue.limits import OwnSlotLease
+from kinetis_queue.limits.store import OwnSlotLease
 from kinetis_queue.payload.envelope import (
     Envelope,
     decode_body,

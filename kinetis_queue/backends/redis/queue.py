@@ -13,6 +13,7 @@ from kinetis_queue.backends.redis.client import RedisClient, cache_connection, c
 from kinetis_queue.backends.redis.cluster import ClusterClient
 from kinetis_queue.backends.redis.options import OPTIONS
 from kinetis_queue.backends.redis.restart import RedisRestartMarker
+from kinetis_queue.backends.redis.sentinel import SentinelClient, sentinel_factory
 from kinetis_queue.backends.redis.slots import RedisSlots
 from kinetis_queue.backends.redis.unique import RedisLocks
 from kinetis_queue.conf import ConnectionSettings
@@ -35,9 +36,9 @@ from kinetis_queue.exceptions import (
     OutcomeUnknownError,
     StaleJobHandleError,
 )
-from kinetis_queue.limits import OwnSlotStore
+from kinetis_queue.limits.store import OwnSlotStore
 from kinetis_queue.payload.envelope import Envelope, decode_envelope
-from kinetis_queue.unique import OwnLockStore
+from kinetis_queue.unique.store import OwnLockStore
 from kinetis_queue.validation import QUEUE_NAME
 
 logger = logging.getLogger("kinetis_queue.redis")
@@ -152,8 +153,6 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue, OwnLockStore, 
             starts = [(str(node["host"]), int(node["port"])) for node in map(parse_url, cluster_nodes)]
             self._client = ClusterClient(starts, connection_factory(cluster_nodes[0], options or {}, socket_timeout))
         elif sentinels:
-            from kinetis_queue.backends.redis.sentinel import SentinelClient, sentinel_factory
-
             if not sentinel_service:
                 raise ValueError("sentinels need the sentinel_service they monitor")
             self._client = SentinelClient(sentinel_factory(sentinels, sentinel_service, options or {}, socket_timeout))

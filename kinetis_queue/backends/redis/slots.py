@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kinetis_queue.backends.redis import scripts
-from kinetis_queue.limits import Slot, SlotStore
+from kinetis_queue.limits.store import Slot, SlotStore
 
 if TYPE_CHECKING:
     from kinetis_queue.backends.redis.queue import RedisQueue

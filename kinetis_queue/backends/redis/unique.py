@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 from kinetis_queue.backends.redis import scripts
 from kinetis_queue.contracts import PreparedPush, Queue, QueuedJob
 from kinetis_queue.exceptions import DuplicateJobError
-from kinetis_queue.unique import HeldLock, LockStore, UniqueLock, Until
+from kinetis_queue.unique.store import HeldLock, LockStore, UniqueLock, Until
 
 if TYPE_CHECKING:
     from kinetis_queue.backends.redis.queue import RedisQueue

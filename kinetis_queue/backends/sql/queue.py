@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, Self
 
 from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 from django.db.utils import load_backend
 
 from kinetis_queue.backends.sql.claim import claim_many, rollback_quietly
@@ -40,7 +41,7 @@ from kinetis_queue.payload.envelope import (
     loads,
     settle_if_malformed,
 )
-from kinetis_queue.unique import OwnLockStore
+from kinetis_queue.unique.store import OwnLockStore
 
 #: The jobs table (models.QueuedJobRecord), named in every statement below.
 JOBS_TABLE = "kinetis_queue_jobs"
@@ -403,6 +404,16 @@ class SqlQueue(ClearableQueue, RenewableQueue, DisposableQueue, OwnLockStore):
             envelope.pushed_at + delay,
             envelope.priority,
         ]
+
+    def insert_row(self, db: BaseDatabaseWrapper, cursor: CursorWrapper, prepared: PreparedPush) -> int:
+        """Insert ``prepared``'s row on ``cursor`` (with its NOTIFY on PostgreSQL) and return its primary key: the
+        unique lock store's push, which takes the key and inserts the row in one transaction (unique.py)."""
+        params = self._row(prepared.envelope, prepared.delay, prepared.queue)
+        if db.vendor == "postgresql":
+            cursor.execute(f"{INSERT} RETURNING id, pg_notify(%s, '')", [*params, channel(prepared.queue)])
+            return int(cursor.fetchone()[0])
+        cursor.execute(INSERT, params)
+        return int(cursor.lastrowid)
 
     def _push_prepared(self, db: BaseDatabaseWrapper, params: list[Any]) -> None:
         """PostgreSQL's hot path: one server-side prepared INSERT (and its NOTIFY) on a cursor kept per connection.

@@ -30,7 +30,7 @@ from kinetis_queue.backends.sql.tables import explain
 from kinetis_queue.contracts import PreparedPush, Queue
 from kinetis_queue.exceptions import DuplicateJobError
 from kinetis_queue.payload.envelope import dumps
-from kinetis_queue.unique import LockStore, UniqueLock, Until
+from kinetis_queue.unique.store import LockStore, UniqueLock, Until
 
 if TYPE_CHECKING:
     from kinetis_queue.backends.sql.queue import SqlQueue
@@ -97,7 +97,7 @@ class SqlLocks(LockStore):
         with db.cursor() as cursor:
             found = _take_or_lock(db, cursor, prepared, lock, now)
             if found is None:  # the key was free: this push holds it
-                cursor.execute(SET_ROW, [self._insert_job(db, cursor, prepared), lock.key])
+                cursor.execute(SET_ROW, [self.queue.insert_row(db, cursor, prepared), lock.key])
                 return prepared.id, True
             holder_id, holder_row, until, expires_at = found
             state = _holder_state(cursor, holder_row)
@@ -115,20 +115,9 @@ class SqlLocks(LockStore):
                 # A worker reserved it meanwhile: it has started, so the newest push is queued anew.
             elif held:
                 return holder_id, False
-            job_row = self._insert_job(db, cursor, prepared)
+            job_row = self.queue.insert_row(db, cursor, prepared)
             cursor.execute(TAKE, [prepared.id, job_row, lock.until.value, now + lock.seconds, now, lock.key])
             return prepared.id, True
-
-    def _insert_job(self, db: BaseDatabaseWrapper, cursor: CursorWrapper, prepared: PreparedPush) -> int:
-        """Insert the job's row (the SqlQueue's own INSERT, with its NOTIFY on PostgreSQL); its primary key."""
-        from kinetis_queue.backends.sql.queue import INSERT, channel
-
-        params = self.queue._row(prepared.envelope, prepared.delay, prepared.queue)
-        if db.vendor == "postgresql":
-            cursor.execute(f"{INSERT} RETURNING id, pg_notify(%s, '')", [*params, channel(prepared.queue)])
-            return int(cursor.fetchone()[0])
-        cursor.execute(INSERT, params)
-        return int(cursor.lastrowid)
 
 
 def _take_or_lock(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from django.core.mail import EmailMessage
 from django.core.mail.backends.base import BaseEmailBackend
@@ -35,12 +35,16 @@ from kinetis_queue.connections import queues
 from kinetis_queue.contracts import PreparedPush, Queue
 from kinetis_queue.contrib.mail.jobs import SendMailJob
 from kinetis_queue.contrib.mail.message import to_payload
+from kinetis_queue.dispatch import push_after_commit
 
 logger = logging.getLogger("kinetis_queue.mail")
 
 
 class QueuedEmailBackend(BaseEmailBackend):
     """Queues each message as a SendMailJob instead of sending it (KINETIS_QUEUE["MAIL"])."""
+
+    #: What SendMailJob refuses as the backend that really sends (jobs.py sits below this module).
+    queues_messages: ClassVar[bool] = True
 
     def __init__(self, fail_silently: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -85,8 +89,6 @@ class QueuedEmailBackend(BaseEmailBackend):
     def _push(target: Queue, push: PreparedPush, settings: conf.MailSettings) -> None:
         database = settings.on_commit
         if database is not None and transaction.get_connection(database).in_atomic_block:
-            from kinetis_queue.dispatch import push_after_commit
-
             push_after_commit(target, push, using=database)
         else:
             target.send(push)

@@ -61,8 +61,6 @@ def real_backend(settings: conf.MailSettings) -> BaseEmailBackend:
 
     Never with ``fail_silently``: a send that fails must fail the job, else it is acked unsent.
     """
-    from kinetis_queue.contrib.mail.backend import QueuedEmailBackend
-
     backend: Any
     if settings.mailer is not None:
         from django.core.mail import mailers  # Django 6.1+
@@ -71,8 +69,9 @@ def real_backend(settings: conf.MailSettings) -> BaseEmailBackend:
     else:
         assert settings.backend is not None  # conf.mail() fills in Django's default
         backend = import_string(settings.backend)()
-    if isinstance(backend, QueuedEmailBackend) or not isinstance(backend, BaseEmailBackend):
-        what = "is QueuedEmailBackend itself" if isinstance(backend, QueuedEmailBackend) else "is not an email backend"
+    queues = getattr(backend, "queues_messages", False) is True  # QueuedEmailBackend or a subclass
+    if queues or not isinstance(backend, BaseEmailBackend):
+        what = "is QueuedEmailBackend itself" if queues else "is not an email backend"
         raise QueueConfigurationError(
             f"KINETIS_QUEUE['MAIL'] names {described_backend(settings)}, which {what}: name the backend that sends"
         )

@@ -51,9 +51,8 @@ from kinetis_queue.exceptions import JobReconstructionError, KinetisQueueError
 from kinetis_queue.job import Job, JobContext, Sensitive, Snooze
 from kinetis_queue.limits import DEFAULT_DELAY, ConcurrencyLimit
 from kinetis_queue.payload import registry
+from kinetis_queue.payload.envelope import RETRY_KEY, TIMEOUT_KEY
 from kinetis_queue.validation import MAX_QUEUE_NAME, QUEUE_NAME
-from kinetis_queue.worker.job_timeout import TIMEOUT_KEY
-from kinetis_queue.worker.settlement import RETRY_KEY
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -298,7 +297,7 @@ def _push_options(task: AnyTask, args: list[Any], kwargs: dict[str, Any]) -> dic
 
 def _with_attempt_rules(prepared: PreparedPush, task: AnyTask) -> PreparedPush:
     """``prepared`` with the task's retry rule and time limit in its envelope's metadata, where the worker
-    reads them (kinetis_queue.worker.settlement.RETRY_KEY, kinetis_queue.worker.job_timeout.TIMEOUT_KEY)."""
+    reads them (RETRY_KEY and TIMEOUT_KEY, kinetis_queue.payload.envelope)."""
     if not isinstance(task, KinetisTask):
         return prepared
     extra: dict[str, Any] = {}

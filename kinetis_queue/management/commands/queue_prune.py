@@ -13,6 +13,7 @@ from kinetis_queue.db import tables
 from kinetis_queue.limits import database as limits_database
 from kinetis_queue.management.commands._arguments import positive_number
 from kinetis_queue.management.commands._output import QueueCommand
+from kinetis_queue.models import Cancellation, FailedJob
 from kinetis_queue.unique import database as unique_database
 from kinetis_queue.workflows import engine as workflow_engine
 
@@ -31,8 +32,6 @@ class Command(QueueCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from kinetis_queue.models import Cancellation, FailedJob
-
         tables.command_requires(FailedJob, Cancellation)
         hours: float = options["hours"]
         removed = failed.prune(hours)
