@@ -22,12 +22,9 @@ class KinetisQueueConfig(AppConfig):
         from kinetis_queue.contrib import receivers  # noqa: F401  (registers QueuedReceiverJob)
         from kinetis_queue.contrib.mail import checks as _mail_checks  # noqa: F401  (SendMailJob, check E009)
 
-        # What KINETIS_QUEUE asks to observe (kinetis_queue/observability). The middleware chain (paused queues and
-        # cancelled jobs, chains and batches, unique jobs, observability, the outbox) is read from
-        # KINETIS_QUEUE["MIDDLEWARE"] at its first use (kinetis_queue.middleware; check kinetis_queue.E011).
-        from kinetis_queue.observability import setup
-
-        setup.configure()
+        # The middleware chain (paused queues and cancelled jobs, chains and batches, unique jobs, observability, the
+        # outbox) is read from KINETIS_QUEUE["MIDDLEWARE"] at its first use (kinetis_queue.middleware; check
+        # kinetis_queue.E011), and again after the setting changes: nothing of it is set here.
         importlib.import_module("kinetis_queue.workflows.jobs")  # the callback carrier, known before any delivery
 
         # The carrier jobs of contrib/ (QueuedReceiverJob, SendMailJob, RunTask where django.tasks exists) are

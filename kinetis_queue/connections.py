@@ -128,5 +128,5 @@ def _reset_on_setting_change(*, setting: str, **kwargs: Any) -> None:
     if setting in ("KINETIS_QUEUE", "DATABASES"):
         queues.dispose_all()
     # What else KINETIS_QUEUE decides forgets itself, each where it is kept: the middleware chain
-    # (kinetis_queue.middleware), the classes a push accepts (payload/registry.py), observability's switches
-    # (observability/setup.py).
+    # (kinetis_queue.middleware, which holds observability's switches), the classes a push accepts
+    # (payload/registry.py).

@@ -1,13 +1,19 @@
-"""A middleware from outside the package (docs/middleware.md), added to KINETIS_QUEUE["MIDDLEWARE"] by
-tests/conformance/test_middleware.py: it counts the attempts started per job class and marks each push."""
+"""Middleware from outside the package (docs/middleware.md), added to KINETIS_QUEUE["MIDDLEWARE"] by the tests:
+CountAttempts (tests/conformance/test_middleware.py) counts the attempts started per job class and marks each push;
+ProvidedMetadata adds the metadata a test gives to each push (``provided_metadata()``)."""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from kinetis_queue.middleware import Middleware, PushDraft
+from django.conf import settings
+from django.test import override_settings
+
+from kinetis_queue.middleware import DEFAULT_MIDDLEWARE, Middleware, PushDraft
 from kinetis_queue.outcomes import AtLimit, SkipDelivery
 
 #: Where each push's mark goes in the envelope's metadata.
@@ -83,3 +89,28 @@ class Lifecycle(Middleware):
 
     def reported(self, job: Any, report: Any) -> None:
         self._record("reported", job, str(report.outcome))
+
+
+#: What ProvidedMetadata adds to each push, given its job class: set by provided_metadata().
+_PROVIDERS: list[Callable[[str], dict[str, Any]]] = []
+
+
+class ProvidedMetadata(Middleware):
+    """Adds to each push's metadata what the test's providers return for its job class, after the built-in
+    middleware (so a key it gives replaces theirs: a malformed trace context, a per-job timeout)."""
+
+    def prepare(self, draft: PushDraft) -> None:
+        for provide in _PROVIDERS:
+            draft.metadata.update(provide(draft.job_class))
+
+
+@contextmanager
+def provided_metadata(provide: Callable[[str], dict[str, Any]]) -> Iterator[None]:
+    """The current KINETIS_QUEUE with ProvidedMetadata after the default chain, adding ``provide(job_class)``."""
+    path = f"{__name__}.{ProvidedMetadata.__qualname__}"
+    with override_settings(KINETIS_QUEUE={**settings.KINETIS_QUEUE, "MIDDLEWARE": [*DEFAULT_MIDDLEWARE, path]}):
+        _PROVIDERS.append(provide)
+        try:
+            yield
+        finally:
+            _PROVIDERS.remove(provide)

@@ -38,7 +38,7 @@ def valid(value: object) -> str | None:
 
 
 def push_metadata(queue: Queue, queue_name: str, job_class: str) -> dict[str, Any]:
-    """A metadata provider (kinetis_queue.observability.setup.METADATA_PROVIDERS): the current id, when there is one."""
+    """A metadata provider (observability/setup.py, push_side()): the current id, when there is one."""
     value = _current.get()
     return {METADATA_KEY: value} if value is not None else {}
 

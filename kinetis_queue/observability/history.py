@@ -148,7 +148,8 @@ WRITER = Writer(TALLY)
 
 
 def switch(on: bool) -> None:
-    """HISTORY on or off (setup.configure()): whether the tally keeps its ended minutes and starts the writer."""
+    """HISTORY on or off (setup.push_side(), as the chain is read): whether the tally keeps its ended minutes and
+    starts the writer."""
     TALLY.keep_minutes = on
     TALLY.flusher = WRITER.start if on else None
 

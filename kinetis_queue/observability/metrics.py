@@ -100,7 +100,7 @@ def register() -> None:
 
 
 def observe_pushes(queue: Queue, prepared: Sequence[PreparedPush]) -> None:
-    """A push observer in a ``--processes`` child (observability.setup.PUSH_OBSERVERS): count the stored pushes."""
+    """A push observer in a ``--processes`` child (observability/setup.py, push_side()): count the stored pushes."""
     counter = _METRICS["pushed"]
     connection = queue.connection or ""
     for item in prepared:

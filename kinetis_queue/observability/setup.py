@@ -8,9 +8,6 @@ import importlib.util
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django.core.signals import setting_changed
-from django.dispatch import receiver
-
 from kinetis_queue import conf, hooks
 from kinetis_queue.exceptions import QueueConfigurationError
 from kinetis_queue.middleware import Middleware, PushDraft, Store
@@ -24,11 +21,11 @@ from kinetis_queue.observability.tally import TallyHooks
 if TYPE_CHECKING:
     from kinetis_queue.contracts import PreparedPush, Queue
 
-#: The push side's providers and observers, set by ``configure()`` and read by ObservabilityMiddleware; the providers'
-#: data goes into each push's metadata (the trace context, the correlation id), given the connection's queue, the
-#: queue name and the job's class; each observer sees each push once stored (the metrics' and history's counts).
-METADATA_PROVIDERS: list[Callable[[Queue, str, str], dict[str, Any]]] = []
-PUSH_OBSERVERS: list[Callable[[Queue, Sequence[PreparedPush]], None]] = []
+#: A push's metadata from one source (its keys and values), given the connection's queue, the queue name and the
+#: job's class.
+MetadataProvider = Callable[["Queue", str, str], dict[str, Any]]
+#: Told of pushes once stored, given the connection's queue.
+PushObserver = Callable[["Queue", Sequence["PreparedPush"]], None]
 
 #: Each switch's module and the pip extra it needs.
 NEEDS = {"METRICS": ("prometheus_client", "metrics"), "TRACING": ("opentelemetry", "otel")}
@@ -56,12 +53,14 @@ def _flags() -> tuple[bool, bool, bool, bool]:
     return settings.metrics, settings.tracing, settings.job_log, settings.history
 
 
-def configure() -> None:
-    """Install the push-side providers and observers the setting asks for (and only those)."""
-
+def push_side() -> tuple[tuple[MetadataProvider, ...], tuple[PushObserver, ...]]:
+    """What the setting asks of each push: the metadata providers (the correlation id, the trace context), given
+    the connection's queue, the queue name and the job's class; and the observers told of each push once stored
+    (the metrics' and the history's counts). Switches the history's writer and registers the metrics' collectors
+    to match, as the chain is read from the settings (kinetis_queue.middleware)."""
     metrics, tracing, _, history = _flags()
-    providers: list[Any] = [correlation.push_metadata]
-    observers: list[Any] = []
+    providers: list[MetadataProvider] = [correlation.push_metadata]
+    observers: list[PushObserver] = []
     history_module.switch(history)
     per_process_metrics = False
     if metrics:
@@ -75,14 +74,7 @@ def configure() -> None:
         from kinetis_queue.observability import tracing as tracing_module
 
         providers.append(tracing_module.push_metadata)
-    METADATA_PROVIDERS[:] = providers
-    PUSH_OBSERVERS[:] = observers
-
-
-@receiver(setting_changed)
-def _configure_on_setting_change(*, setting: str, **kwargs: Any) -> None:
-    if setting == "KINETIS_QUEUE":
-        configure()
+    return tuple(providers), tuple(observers)
 
 
 def worker_hooks() -> list[hooks.DeliveryHooks]:
@@ -117,9 +109,10 @@ class ObservabilityMiddleware(hooks.HookChain, Middleware):
 
     def __init__(self) -> None:
         super().__init__(worker_hooks())
+        self.providers, self.push_observers = push_side()
 
     def prepare(self, draft: PushDraft) -> None:
-        providers = METADATA_PROVIDERS
+        providers = self.providers
         if providers:
             metadata = draft.metadata
             for provider in providers:
@@ -127,7 +120,7 @@ class ObservabilityMiddleware(hooks.HookChain, Middleware):
 
     def send(self, queue: Queue, prepared: Sequence[PreparedPush], store: Store) -> list[str]:
         ids = store(prepared)
-        for observer in PUSH_OBSERVERS:
+        for observer in self.push_observers:
             try:
                 observer(queue, prepared)
             except Exception:  # noqa: S110 - observers never decide (contract)

@@ -168,7 +168,7 @@ os.register_at_fork(after_in_child=TALLY._reset)
 
 
 def observe_pushes(queue: Queue, prepared: Sequence[PreparedPush]) -> None:
-    """A push observer (kinetis_queue.observability.setup.PUSH_OBSERVERS): count the stored pushes."""
+    """A push observer (observability/setup.py, push_side()): count the stored pushes."""
     connection = queue.connection or ""
     for item in prepared:
         envelope = item.envelope

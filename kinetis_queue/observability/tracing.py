@@ -64,7 +64,7 @@ _recording = _Provider.recording_now
 
 
 def push_metadata(queue: Queue, queue_name: str, job_class: str) -> dict[str, Any]:
-    """A metadata provider (observability.setup.METADATA_PROVIDERS): the producer span's context, written at
+    """A metadata provider (observability/setup.py, push_side()): the producer span's context, written at
     prepare() (the span itself is ended there: it marks the push)."""
     if not _recording() and not trace.get_current_span().get_span_context().is_valid:
         return {}  # no SDK and no trace to pass on: nothing to carry

@@ -19,13 +19,14 @@ from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.control.hooks import view_of
 from kinetis_queue.hooks import DeliveryHooks, HookChain
 from kinetis_queue.middleware import worker_hooks
-from kinetis_queue.observability import correlation, setup
+from kinetis_queue.observability import correlation
 from kinetis_queue.observability.tracing import TRACE_KEY, TracingHooks
 from kinetis_queue.outcomes import JobOutcome, JobReport
 from kinetis_queue.worker import ExitReason, Worker
 from kinetis_queue.worker.job_timeout import TIMEOUT_KEY
 from tests import concurrency_jobs as cj
 from tests import jobs
+from tests.counting_middleware import provided_metadata
 from tests.settings import KINETIS_QUEUE
 from tests.support.helpers import in_thread, wait_until
 
@@ -84,10 +85,8 @@ class Raising(DeliveryHooks):
 def traced() -> Iterator[None]:
     """TRACING on (the worker's default hooks then trace; pushes carry the trace context)."""
     with override_settings(KINETIS_QUEUE={**KINETIS_QUEUE, "TRACING": True}):
-        setup.configure()
         EXPORTER.clear()
         yield
-    setup.configure()
 
 
 @pytest.fixture(autouse=True)
@@ -147,17 +146,17 @@ def test_a_malformed_trace_carrier_neither_fails_the_job_nor_logs_an_error(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    def malformed(queue: Queue, queue_name: str, job_class: str) -> dict[str, Any]:
+    def malformed(job_class: str) -> dict[str, Any]:
         return {TRACE_KEY: {"traceparent": 12, "baggage": 5}}
 
-    monkeypatch.setattr(setup, "METADATA_PROVIDERS", [*setup.METADATA_PROVIDERS, malformed])
-    connection.push(jobs.Records("carried"), queue=queue_name, max_attempts=1)
-    worker = Worker(connection)
-    try:
-        assert any(isinstance(hook, TracingHooks) for hook in getattr(worker.hooks, "hooks", ()))
-        assert worker.process_next(5, [queue_name]) is True
-    finally:
-        worker.close()
+    with provided_metadata(malformed):
+        connection.push(jobs.Records("carried"), queue=queue_name, max_attempts=1)
+        worker = Worker(connection)
+        try:
+            assert any(isinstance(hook, TracingHooks) for hook in getattr(worker.hooks, "hooks", ()))
+            assert worker.process_next(5, [queue_name]) is True
+        finally:
+            worker.close()
     assert names(outcomes) == ["job_succeeded"]
     assert [call[1] for call in jobs.CALLS] == ["carried"]
     assert errors(caplog) == []
@@ -251,34 +250,34 @@ def test_the_thread_of_a_timed_out_job_runs_its_next_job_without_what_the_first_
     ends, that thread (the other one is held by "c") runs "b", pushed with no correlation id: "b" must not
     see "a"'s, which the watchdog's ended() could not take back from "a"'s thread."""
 
-    def timed(queue: Queue, queue_name: str, job_class: str) -> dict[str, Any]:
+    def timed(job_class: str) -> dict[str, Any]:
         if job_class.endswith("WaitsForRelease"):
             return {TIMEOUT_KEY: 1, correlation.METADATA_KEY: "corr-a"}
         return {}
 
-    monkeypatch.setattr(setup, "METADATA_PROVIDERS", [timed])
-    connection.push(cj.WaitsForRelease("a"), queue=queue_name, max_attempts=1)
-    connection.push(cj.HoldsUntil("c"), queue=queue_name)
+    with provided_metadata(timed):
+        connection.push(cj.WaitsForRelease("a"), queue=queue_name, max_attempts=1)
+        connection.push(cj.HoldsUntil("c"), queue=queue_name)
 
-    worker = Worker(connection, concurrency=2)
+        worker = Worker(connection, concurrency=2)
 
-    def then() -> None:
+        def then() -> None:
+            try:
+                wait_until(lambda: names(outcomes) == ["job_failed_permanently"])  # "a" settled by the watchdog
+                cj.RELEASE.set()
+                wait_until(lambda: "a" in cj.STARTED)  # "a"'s thread is free again ("c" holds the other)
+                connection.push(cj.RecordsCorrelation("b"), queue=queue_name)
+                wait_until(lambda: any(label.startswith("b:") for label in cj.STARTED))
+            finally:
+                cj.HOLD.set()
+                cj.RELEASE.set()
+                if not any(label.startswith("b:") for label in cj.STARTED):
+                    worker.stop()  # a failed step: end the run rather than hang it
+
+        helper = in_thread(then)
         try:
-            wait_until(lambda: names(outcomes) == ["job_failed_permanently"])  # "a" settled by the watchdog
-            cj.RELEASE.set()
-            wait_until(lambda: "a" in cj.STARTED)  # "a"'s thread is free again ("c" holds the other)
-            connection.push(cj.RecordsCorrelation("b"), queue=queue_name)
-            wait_until(lambda: any(label.startswith("b:") for label in cj.STARTED))
+            assert worker.run(5, [queue_name], max_jobs=3) is ExitReason.MAX_JOBS
         finally:
-            cj.HOLD.set()
-            cj.RELEASE.set()
-            if not any(label.startswith("b:") for label in cj.STARTED):
-                worker.stop()  # a failed step: end the run rather than hang it
-
-    helper = in_thread(then)
-    try:
-        assert worker.run(5, [queue_name], max_jobs=3) is ExitReason.MAX_JOBS
-    finally:
-        worker.close()
-    helper.join()
+            worker.close()
+        helper.join()
     assert sorted(cj.STARTED) == ["a", "b:None", "c"]

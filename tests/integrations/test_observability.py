@@ -51,7 +51,6 @@ def observed() -> Iterator[None]:
     with override_settings(KINETIS_QUEUE={**KINETIS_QUEUE, **switches}):
         EXPORTER.clear()
         yield
-    setup.configure()
 
 
 def _run(queue_name: str, n: int = 1, **worker: Any) -> None:

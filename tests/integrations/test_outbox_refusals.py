@@ -30,6 +30,7 @@ from kinetis_queue.exceptions import PublishNotConfirmedError
 from kinetis_queue.models import FailedJob, OutboxRecord
 from kinetis_queue.outbox.relay import REFUSED_CLASS
 from tests import jobs
+from tests.counting_middleware import provided_metadata
 from tests.integrations.test_outbox import OUTBOXES, _drain, _relay, _rows
 from tests.settings import KINETIS_QUEUE, REDIS_URL
 from tests.support.helpers import wait_until
@@ -382,32 +383,26 @@ def test_a_rabbitmq_job_whose_headers_do_not_fit_in_a_frame_becomes_a_failed_job
     frame_max (501): a job whose metadata (here from a metadata provider) cannot fit is refused for good before
     it is sent, and the rows beside it are relayed once, on the same connection. Before the fix the connection
     was closed every round, the row kept and its batch sent again."""
-    from kinetis_queue.observability import setup
-
     queue, database, _ = built
-    monkeypatch.setattr(
-        setup,
-        "METADATA_PROVIDERS",
-        [lambda _queue, _name, job_class: {"trace": "y" * 200_000} if job_class == "tests.jobs.Noop" else {}],
-    )
-    with transaction.atomic(using=database):
-        before = queue.push(jobs.Records("before"), queue=queue_name)
-        refused = queue.push(jobs.Noop(), queue=queue_name)
-        after = queue.push(jobs.Records("after"), queue=queue_name)
-    relay = _relay(queue)
+    with provided_metadata(lambda job_class: {"trace": "y" * 200_000} if job_class == "tests.jobs.Noop" else {}):
+        with transaction.atomic(using=database):
+            before = queue.push(jobs.Records("before"), queue=queue_name)
+            refused = queue.push(jobs.Noop(), queue=queue_name)
+            after = queue.push(jobs.Records("after"), queue=queue_name)
+        relay = _relay(queue)
 
-    with caplog.at_level(logging.ERROR, logger="kinetis_queue.outbox"):
-        assert relay.relay_once() == 2
-    assert _rows(queue, database) == [] and relay.failing == [] and relay.refused == 1
-    [record] = _records(queue)
-    assert (record.job_id, record.exception_class) == (refused, REFUSED_CLASS)
-    assert "more than one AMQP frame holds on this connection (frame_max 131072)" in record.exception_message
-    assert "yyyyyyyyyy" not in record.exception_message
-    assert _drain_all(queue, queue_name) == [before, after]  # each once: nothing was closed, nothing resent
+        with caplog.at_level(logging.ERROR, logger="kinetis_queue.outbox"):
+            assert relay.relay_once() == 2
+        assert _rows(queue, database) == [] and relay.failing == [] and relay.refused == 1
+        [record] = _records(queue)
+        assert (record.job_id, record.exception_class) == (refused, REFUSED_CLASS)
+        assert "more than one AMQP frame holds on this connection (frame_max 131072)" in record.exception_message
+        assert "yyyyyyyyyy" not in record.exception_message
+        assert _drain_all(queue, queue_name) == [before, after]  # each once: nothing was closed, nothing resent
 
-    with pytest.raises(PublishNotConfirmedError, match=r"cannot take the job .*nothing was queued"):
-        queue.push(jobs.Noop(), queue=queue_name)  # outside a transaction: straight to the broker
-    assert queue.size(queue_name) == 0
+        with pytest.raises(PublishNotConfirmedError, match=r"cannot take the job .*nothing was queued"):
+            queue.push(jobs.Noop(), queue=queue_name)  # outside a transaction: straight to the broker
+        assert queue.size(queue_name) == 0
 
 
 @pytest.mark.parametrize("built", RABBIT_PAIRS[:1], indirect=True)

@@ -15,7 +15,6 @@ from django.test import Client
 from kinetis_queue.contracts import Queue
 from kinetis_queue.contrib.receivers import QueuedReceiverJob
 from kinetis_queue.management.commands.queue_work import Command as QueueWork
-from kinetis_queue.observability import setup
 from kinetis_queue.observability.history import WRITER
 from kinetis_queue.observability.logs import PlainFormatter
 from kinetis_queue.observability.tally import TALLY
@@ -39,10 +38,8 @@ def counted(backend: Backend) -> Iterator[None]:
     stopped after."""
     switches = {"HISTORY": True, "METRICS": True, "ENDPOINTS": {"ALLOW": ["127.0.0.1"]}}
     with connections_only(backend.connection, **switches):
-        setup.configure()
         yield
         WRITER.stop()
-    setup.configure()
 
 
 @pytest.fixture
