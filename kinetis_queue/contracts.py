@@ -244,12 +244,15 @@ class Queue(ABC):
         unique_until: str | None = None,
         debounce: bool | None = None,
         on_duplicate: str | None = None,
+        **options: Any,
     ) -> str:
         """Store ``job`` and return its id; everything is validated and serialized before any I/O.
 
         The same as ``send(prepare(...))`` with the same arguments. A unique job (the ``unique_*``
         options here or on its class; kinetis_queue.unique) whose key is held is not stored: the
         holder's id is returned (or DuplicateJobError raised, with ``on_duplicate="raise"``).
+        ``options`` are those the middleware of KINETIS_QUEUE["MIDDLEWARE"] take (``rate_limit``,
+        ``rate_key``...: docs/middleware.md); one no middleware takes is refused.
         """
         return self.send(
             self.prepare(
@@ -263,6 +266,7 @@ class Queue(ABC):
                 unique_until=unique_until,
                 debounce=debounce,
                 on_duplicate=on_duplicate,
+                **options,
             )
         )
 
@@ -279,6 +283,7 @@ class Queue(ABC):
         unique_until: str | None = None,
         debounce: bool | None = None,
         on_duplicate: str | None = None,
+        **options: Any,
     ) -> PreparedPush:
         """Every check push() makes and the serialization, without I/O: the push ``send()`` stores.
 
@@ -297,10 +302,12 @@ class Queue(ABC):
         rank = self._priority(job, priority)
         job_class, args = serialize_job(job)
         ensure_runnable(type(job))
-        options = (unique_key, unique_for, unique_until, debounce, on_duplicate)
+        named = (unique_key, unique_for, unique_until, debounce, on_duplicate)
         given: dict[str, object] = {}
-        if options != _NO_OPTIONS:
-            given = {name: value for name, value in zip(_OPTIONS, options, strict=True) if value is not None}
+        if named != _NO_OPTIONS:
+            given = {name: value for name, value in zip(_OPTIONS, named, strict=True) if value is not None}
+        if options:
+            given.update((name, value) for name, value in options.items() if value is not None)
         draft = PushDraft(self, job, job_class, args, queue, given, self._metadata())
         push_chain().prepare(draft)
         metadata = with_priority(draft.metadata, rank)
@@ -338,9 +345,11 @@ class Queue(ABC):
         max_attempts: int | None = None,
         *,
         priority: int | None = None,
+        **options: Any,
     ) -> list[str]:
         """Store every job of ``jobs`` (same delay, queue, attempt cap and priority; None: each job
-        class's own) and return their ids in order.
+        class's own) and return their ids in order. ``options`` (the middleware's, as push() takes them)
+        apply to every job.
 
         Every job is checked and serialized before any I/O: one bad job raises the error push()
         would raise, its message starting with the job's index (``jobs[3]: ...``), and nothing is
@@ -351,7 +360,7 @@ class Queue(ABC):
         prepared = []
         for index, job in enumerate(jobs):
             try:
-                prepared.append(self.prepare(job, delay, queue, max_attempts, priority=priority))
+                prepared.append(self.prepare(job, delay, queue, max_attempts, priority=priority, **options))
             except (InvalidQueueArgumentError, UnserializableJobError, UnrunnableJobError) as exc:
                 raise _at_index(exc, index) from exc
         return self.send_many(prepared)

@@ -34,13 +34,15 @@ if TYPE_CHECKING:
     from kinetis_queue.job import Job
 
 #: The built-in features, in the order they are asked: a paused queue or a cancelled job is decided first, then
-#: a workflow's step, then a concurrency slot is taken before a unique job's start; on the push side the unique
+#: a workflow's step, then a concurrency slot is taken, then a rate-limited start counted (a delivery that gets no
+#: slot uses up no start), before a unique job's start; on the push side the unique
 #: jobs' lock comes before the observers, which come before the outbox (a push the outbox captures is observed
 #: when it is captured, as one stored directly).
 DEFAULT_MIDDLEWARE: Final = (
     "kinetis_queue.control.hooks.ControlMiddleware",
     "kinetis_queue.workflows.hooks.WorkflowMiddleware",
     "kinetis_queue.limits.keeper.LimitsMiddleware",
+    "kinetis_queue.ratelimits.RateLimitMiddleware",
     "kinetis_queue.unique.UniqueMiddleware",
     "kinetis_queue.observability.setup.ObservabilityMiddleware",
     "kinetis_queue.outbox.OutboxMiddleware",
@@ -51,6 +53,7 @@ DEFAULT_MIDDLEWARE: Final = (
 #: being pushed as a plain one.
 WITHOUT_THE_APP: Final = (
     "kinetis_queue.limits.keeper.LimitsMiddleware",
+    "kinetis_queue.ratelimits.RateLimitMiddleware",
     "kinetis_queue.unique.UniqueMiddleware",
     "kinetis_queue.outbox.OutboxMiddleware",
 )

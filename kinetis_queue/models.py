@@ -102,6 +102,7 @@ from kinetis_queue.control.models import Cancellation, PausedQueue  # noqa: E402
 from kinetis_queue.limits.models import LimitSlot  # noqa: E402
 from kinetis_queue.observability.models import HistoryMinute, WorkerRecord  # noqa: E402
 from kinetis_queue.outbox.models import OutboxRecord  # noqa: E402
+from kinetis_queue.ratelimits.models import RateSlot  # noqa: E402
 from kinetis_queue.schedules.models import ScheduleTick  # noqa: E402
 from kinetis_queue.unique.models import UniqueLockRecord  # noqa: E402
 from kinetis_queue.workflows.models import Workflow, WorkflowMember  # noqa: E402
@@ -115,6 +116,7 @@ __all__ = [
     "OutboxRecord",
     "PausedQueue",
     "QueuedJobRecord",
+    "RateSlot",
     "RestartMarker",
     "ScheduleTick",
     "TaskResultRecord",

@@ -318,3 +318,35 @@ class RecordsStart(Job):
         finally:
             os.close(descriptor)
         time.sleep(self.seconds)
+
+
+class RateLimitedCustomer(Job):
+    """At most one start per 30 seconds per customer (kinetis_queue.ratelimits): its rate key is the customer."""
+
+    rate_limit = (1, 30)
+
+    def __init__(self, customer: int) -> None:
+        self.customer = customer
+
+    def rate_key(self) -> str:
+        return f"customer:{self.customer}"
+
+    def handle(self, context: JobContext) -> None:
+        CALLS.append(("RateLimitedCustomer", self.customer, context.attempts))
+
+
+class RateKeyRaises(Job):
+    rate_limit = (5, 60)
+
+    def rate_key(self) -> str:
+        raise ValueError("secret-rate-key-value")
+
+    def handle(self) -> None:
+        pass
+
+
+class BadRateDeclaration(Job):
+    rate_limit = (0, 60)
+
+    def handle(self) -> None:
+        pass

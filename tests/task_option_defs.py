@@ -56,6 +56,12 @@ def one_at_a_time(label: str) -> str:
     return label
 
 
+@task(rate_limit=(1, 60))
+def once_a_minute(label: str) -> str:
+    SEEN.append(("once_a_minute", label))
+    return label
+
+
 @task(takes_context=True, retry_delay=0)
 def fails_once(context: TaskContext) -> int:
     SEEN.append(("fails_once", context.attempt))

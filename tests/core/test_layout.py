@@ -36,6 +36,7 @@ CONTRACT = {
     "kinetis_queue.crashpoints": "the named points where a fault test crashes a backend or the worker",
     "kinetis_queue.unique.store": "unique jobs' capability: the lock a push carries and the store backends implement",
     "kinetis_queue.limits.store": "concurrency limits' capability: a slot, its key and the store backends implement",
+    "kinetis_queue.ratelimits.store": "rate limits' capability: a limit, its key's digest and the store",
     "kinetis_queue.outbox": "the transactional outbox: its middleware and what it asks of a connection's outbox",
     "kinetis_queue.middleware": "the extension API: Middleware, the push chain and the MIDDLEWARE registry",
     "kinetis_queue.hooks": "what the Django glue plugs into a worker around each delivery (pausing, cancelling)",
@@ -51,6 +52,7 @@ CONTRACT_TYPE_ONLY = {"kinetis_queue.models"}
 PLUG_IN_POINTS = {
     ("kinetis_queue.limits", "kinetis_queue.limits.database"): "the slot store in a Django database",
     ("kinetis_queue.unique", "kinetis_queue.unique.database"): "the lock store in a Django database",
+    ("kinetis_queue.ratelimits", "kinetis_queue.ratelimits.database"): "the rate store in a Django database",
 }
 
 

@@ -266,3 +266,22 @@ def table(directory: Path = REPORTS) -> str:
 
 if __name__ == "__main__":
     print(table(Path(sys.argv[1]) if len(sys.argv) > 1 else REPORTS))
+
+
+def most_starts_in_window(events: Iterable[Mapping[str, Any]], field: str, seconds: float) -> dict[str, int]:
+    """The most ``exec.start`` events of one value of ``field`` (a rate key) within any ``seconds`` of the
+    monotonic clock, per value: a rate limit's window, counted by the starts the jobs themselves recorded."""
+    starts: dict[str, list[float]] = defaultdict(list)
+    for e in events:
+        if e["e"] == "exec.start" and field in e:
+            starts[str(e[field])].append(e["mono"])
+    result: dict[str, int] = {}
+    for key, times in starts.items():
+        times.sort()
+        first = peak = 0
+        for last, at in enumerate(times):
+            while at - times[first] >= seconds:  # the window [at - seconds, at] holds times[first:last + 1]
+                first += 1
+            peak = max(peak, last - first + 1)
+        result[key] = peak
+    return result

@@ -184,3 +184,29 @@ class Held(Job):
         while not Path(self.release).exists() and time.monotonic() < deadline:
             time.sleep(0.02)  # a poll of a file another process writes: nothing to wait on instead
         _done(self.tag, context)
+
+
+#: RateTagged's limit: at most this many starts per RATE_PER seconds per group (tests/faults/test_rate_limits.py).
+RATE_LIMIT = 5
+RATE_PER = 2.0
+
+
+@dataclass
+class RateTagged(Job):
+    """Tagged, at most RATE_LIMIT starts per RATE_PER seconds per ``group`` (kinetis_queue.ratelimits); its start
+    says its group."""
+
+    tag: str
+    group: str
+    ms: int = 0
+
+    rate_limit = (RATE_LIMIT, RATE_PER)
+
+    def rate_key(self) -> str:
+        return self.group
+
+    def handle(self, context: JobContext) -> None:
+        history.record("exec.start", self.tag, attempt=context.attempts, job_id=context.id, group=self.group)
+        if self.ms:
+            time.sleep(self.ms / 1000)
+        _done(self.tag, context)

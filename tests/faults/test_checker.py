@@ -135,3 +135,18 @@ def test_an_error_of_a_batched_ack_is_classed_as_a_settlement() -> None:
         acks.raise_error()
     acks.close()
     assert where(raised.value.__traceback__) == "settle"
+
+
+def test_most_starts_in_window_slides_over_each_keys_starts() -> None:
+    """Starts at 0, 0.5, 0.9, 1.0 and 2.5 of key k: a window of 1 s holds at most three (0, 0.5, 0.9: the start
+    at 1.0 is a full second after 0, so [0.5, 1.0] holds 0.5, 0.9 and 1.0); a history of one start per key is 1."""
+    from tests.faults.checker import most_starts_in_window
+
+    def start(t: float, key: str) -> dict[str, object]:
+        return {"e": "exec.start", "tag": f"t{t}", "pid": 1, "attempt": 1, "mono": t, "group": key}
+
+    events = [start(0.0, "k"), start(0.5, "k"), start(0.9, "k"), start(1.0, "k"), start(2.5, "k"), start(3.0, "j")]
+    events.append({"e": "exec.done", "tag": "t0.0", "pid": 1, "attempt": 1, "mono": 0.2})  # not a start
+    assert most_starts_in_window(events, "group", 1.0) == {"k": 3, "j": 1}
+    assert most_starts_in_window(events, "group", 3.0) == {"k": 5, "j": 1}
+    assert most_starts_in_window([], "group", 1.0) == {}

@@ -24,6 +24,7 @@ from kinetis_queue.contrib.tasks.options import KinetisTask
 from kinetis_queue.limits import ConcurrencyLimit
 from kinetis_queue.limits.keeper import SlotKeeper
 from kinetis_queue.models import FailedJob, TaskResultRecord
+from kinetis_queue.ratelimits import RateLimit
 from kinetis_queue.worker import JobOutcome, JobReport, Worker
 from kinetis_queue.worker.settlement import RETRY_KEY, job_retry_delay
 from tests import task_option_defs as defs
@@ -115,6 +116,11 @@ def test_the_backend_builds_its_tasks_with_the_options() -> None:
         ({"concurrency_limit": 10**6}, "concurrency_limit"),
         ({"concurrency_key": ""}, "concurrency_key"),
         ({"concurrency_key": "k"}, "concurrency_key"),  # without concurrency_limit
+        ({"rate_limit": 10}, "rate_limit"),
+        ({"rate_limit": (0, 60)}, "rate_limit"),
+        ({"rate_limit": (10, 60, "leaky")}, "rate_limit"),
+        ({"rate_key": "k"}, "rate_key"),  # without rate_limit
+        ({"rate_limit": (10, 60), "rate_key": ""}, "rate_key"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -262,6 +268,30 @@ def test_concurrency_limit_holds_a_run_while_its_slots_are_taken(
 def test_a_task_without_a_limit_and_an_unknown_task_have_none() -> None:
     assert RunTask("tests.task_option_defs.unique_add", [], {}, "r", "default").concurrency_limit_for() is None
     assert RunTask("tests.nowhere.gone", [], {}, "r", "default").concurrency_limit_for() is None
+    assert RunTask("tests.task_option_defs.unique_add", [], {}, "r", "default").rate_limit_for() is None
+    assert RunTask("tests.nowhere.gone", [], {}, "r", "default").rate_limit_for() is None
+
+
+def test_a_tasks_rate_limit_is_read_from_its_definition() -> None:
+    carrier = RunTask(defs.once_a_minute.module_path, [], {}, "r", "default")
+    assert carrier.rate_limit_for() == (RateLimit(1, 60.0), "django.tasks:tests.task_option_defs.once_a_minute")
+
+
+@pytest.mark.trait("stores_jobs")
+def test_rate_limit_defers_a_run_until_its_window_allows(
+    tq: str, run: Run, connection: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker asks the carrier for the task's limit: the second run within the window is deferred, unstarted.
+    (The key is made fresh here: the task's own key, its path, would share a window with earlier runs.)"""
+    key = f"tests-{uuid.uuid4().hex}"
+    monkeypatch.setattr(RunTask, "rate_limit_for", lambda self: (RateLimit(1, 60.0), key))
+    first = defs.once_a_minute.using(queue_name=tq).enqueue("a")
+    second = defs.once_a_minute.using(queue_name=tq).enqueue("b")
+    assert run.step(tq).outcome is JobOutcome.SUCCEEDED
+    assert run.step(tq).outcome is JobOutcome.DEFERRED
+    assert defs.SEEN == [("once_a_minute", "a")]
+    assert TaskResultRecord.objects.get(pk=first.id).status == "SUCCESSFUL"
+    assert TaskResultRecord.objects.get(pk=second.id).status == "READY"
 
 
 # -- kept by a retry (issue 27 item 12) ----------------------------------------------------------------

@@ -483,6 +483,7 @@ def test_every_script_has_the_header_and_touches_only_keys_it_is_given() -> None
         "size",
         "stats",
         "sweep",
+        "take_rate",
         "unique_push",
         "unreserve",
     ]

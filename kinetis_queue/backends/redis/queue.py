@@ -12,6 +12,7 @@ from kinetis_queue.backends.redis import scripts
 from kinetis_queue.backends.redis.client import RedisClient, cache_connection, connection_factory
 from kinetis_queue.backends.redis.cluster import ClusterClient
 from kinetis_queue.backends.redis.options import OPTIONS
+from kinetis_queue.backends.redis.rates import RedisRates
 from kinetis_queue.backends.redis.restart import RedisRestartMarker
 from kinetis_queue.backends.redis.sentinel import SentinelClient, sentinel_factory
 from kinetis_queue.backends.redis.slots import RedisSlots
@@ -38,6 +39,7 @@ from kinetis_queue.exceptions import (
 )
 from kinetis_queue.limits.store import OwnSlotStore
 from kinetis_queue.payload.envelope import Envelope, decode_envelope
+from kinetis_queue.ratelimits.store import OwnRateStore
 from kinetis_queue.unique.store import OwnLockStore
 from kinetis_queue.validation import QUEUE_NAME
 
@@ -88,7 +90,7 @@ class PriorityKeys(NamedTuple):
     sequence: str
 
 
-class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue, OwnLockStore, OwnSlotStore):
+class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue, OwnLockStore, OwnSlotStore, OwnRateStore):
     """Jobs in Redis: a pending list, a delayed and a leased sorted set per queue.
 
     Reservation: sweep.lua moves the pending tail into ``leased``, scored by Redis ``TIME`` plus
@@ -166,6 +168,7 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue, OwnLockStore, 
         self._sweep_keys: dict[str, tuple[str, ...]] = {}
         self._locks = RedisLocks(self)
         self._slots = RedisSlots(self)
+        self._rates = RedisRates(self)
 
     @classmethod
     def from_settings(cls, settings: ConnectionSettings) -> Self:
@@ -233,6 +236,10 @@ class RedisQueue(ClearableQueue, RenewableQueue, DisposableQueue, OwnLockStore, 
     def slot_store(self) -> RedisSlots:
         """Concurrency slots on this server (kinetis_queue/backends/redis/slots.py)."""
         return self._slots
+
+    def rate_store(self) -> RedisRates:
+        """Rate-limited starts counted on this server (kinetis_queue/backends/redis/rates.py)."""
+        return self._rates
 
     def _push(self, envelope: Envelope, delay: float, queue: str) -> None:
         keys = self.keys(queue)

@@ -52,6 +52,7 @@ from kinetis_queue.job import Job, JobContext, Sensitive, Snooze
 from kinetis_queue.limits import DEFAULT_DELAY, ConcurrencyLimit
 from kinetis_queue.payload import registry
 from kinetis_queue.payload.envelope import RETRY_KEY, TIMEOUT_KEY
+from kinetis_queue.ratelimits import RateLimit, as_rate_limit
 from kinetis_queue.validation import MAX_QUEUE_NAME, QUEUE_NAME
 
 _P = ParamSpec("_P")
@@ -448,6 +449,17 @@ class RunTask(Job):
             return None
         key = task.concurrency_key or f"django.tasks:{task.module_path}"
         return ConcurrencyLimit(key, task.concurrency_limit, DEFAULT_DELAY)
+
+    def rate_limit_for(self) -> tuple[RateLimit, str] | None:
+        """The task's ``rate_limit`` and its key (read from its definition, as its concurrency limit is); None when
+        the task has none or cannot be found (kinetis_queue.ratelimits asks this of a carrier job)."""
+        try:
+            task = _load_task(self.task_path)
+        except JobReconstructionError:
+            return None
+        if not isinstance(task, KinetisTask) or task.rate_limit is None:
+            return None
+        return as_rate_limit(task.rate_limit, "rate_limit"), task.rate_key or f"django.tasks:{task.module_path}"
 
     @classmethod
     def display_name(cls, args: Mapping[str, Any]) -> str:

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kinetis_queue.contrib.tasks.compat import InvalidTask, Task
+from kinetis_queue.exceptions import InvalidQueueArgumentError
 from kinetis_queue.limits import MAX_KEY_LENGTH as MAX_CONCURRENCY_KEY
 from kinetis_queue.limits import MAX_SLOTS
+from kinetis_queue.ratelimits import MAX_KEY_LENGTH as MAX_RATE_KEY
+from kinetis_queue.ratelimits import RateLimit, as_rate_limit
 from kinetis_queue.unique import MAX_UNIQUE_FOR, Until
 from kinetis_queue.validation import MAX_RETRY_DELAY
 from kinetis_queue.worker.settlement import BACKOFFS
@@ -29,6 +32,8 @@ OPTION_NAMES = (
     "unique_until",
     "concurrency_limit",
     "concurrency_key",
+    "rate_limit",
+    "rate_key",
 )
 
 if TYPE_CHECKING:  # the stubs make Task generic; the runtime class is not subscriptable
@@ -59,6 +64,11 @@ class KinetisTask(_TaskBase):
     concurrency_limit: int | None = None
     #: The limit's key: tasks naming the same key share its slots; None: the task's own path.
     concurrency_key: str | None = None
+    #: At most N starts per S seconds across every worker, ``(N, S)`` or a RateLimit (kinetis_queue.ratelimits);
+    #: None: no rate limit.
+    rate_limit: tuple[int, float] | RateLimit | None = None
+    #: The rate limit's key: tasks naming the same key share its window; None: the task's own path.
+    rate_key: str | None = None
 
 
 def _number(value: object) -> bool:
@@ -88,3 +98,14 @@ def validate_options(task: KinetisTask) -> None:
             raise InvalidTask(f"concurrency_key must be a str of 1 to {MAX_CONCURRENCY_KEY} characters (or None).")
         if limit is None:
             raise InvalidTask("concurrency_key needs concurrency_limit.")
+    if task.rate_limit is not None:
+        try:
+            as_rate_limit(task.rate_limit, "rate_limit")
+        except InvalidQueueArgumentError as exc:
+            raise InvalidTask(f"{exc} (or None).") from None
+    rate_key = task.rate_key
+    if rate_key is not None:
+        if type(rate_key) is not str or not 0 < len(rate_key) <= MAX_RATE_KEY:
+            raise InvalidTask(f"rate_key must be a str of 1 to {MAX_RATE_KEY} characters (or None).")
+        if task.rate_limit is None:
+            raise InvalidTask("rate_key needs rate_limit.")
