@@ -80,6 +80,21 @@ def test_a_forked_child_sees_what_a_new_interpreter_sees(probe: Path, how: str, 
     assert forked.stderr == real.stderr == ""
 
 
+def test_a_forked_child_inherits_an_ignored_sigint_as_a_new_interpreter_does(probe: Path) -> None:
+    """A test process whose SIGINT is ignored (a CI run a non-interactive shell started in the background): a new
+    interpreter inherits SIG_IGN, and so must a forked child (it was given default_int_handler: CI run ci1 of
+    issue 30 failed test_a_forked_child_sees_what_a_new_interpreter_sees six times so started)."""
+    args = [sys.executable, "-c", PROBE]
+    env = {**os.environ, "KQ_PROBE_VALUE": "1", "KQ_PROBE_EXIT": "3", "PYTHONPATH": str(probe)}
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forked, real = _both(args, env=env, cwd=probe, input="")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert json.loads(forked.stdout)["signals"] == json.loads(real.stdout)["signals"]
+    assert json.loads(real.stdout)["signals"][0] == "1"  # SIG_IGN, inherited
+
+
 def test_the_zygote_is_used_and_reports_signals_and_timeouts() -> None:
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     assert isinstance(process, zygote.ZygotePopen) and process._use_zygote

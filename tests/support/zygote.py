@@ -201,7 +201,7 @@ def _become(request: _Request) -> int | None:
         os.setsid()
     elif spec["process_group"] is not None and spec["process_group"] >= 0:
         os.setpgid(0, spec["process_group"])
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.SIG_IGN if spec["sigint_ignored"] else signal.default_int_handler)
     if spec["cwd"] is not None:
         os.chdir(spec["cwd"])
     os.environ.clear()
@@ -437,6 +437,9 @@ class ZygotePopen(subprocess.Popen):  # type: ignore[type-arg]
             "new_session": bool(start_new_session),
             "process_group": process_group,
             "zygote_pythonpath": zygote.pythonpath,
+            # A new interpreter inherits an ignored SIGINT (a job a non-interactive shell put in the background);
+            # any other disposition is reset by exec, and Python then installs default_int_handler.
+            "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
         }
         fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
