@@ -308,7 +308,7 @@ class Queue(ABC):
             given = {name: value for name, value in zip(_OPTIONS, named, strict=True) if value is not None}
         if options:
             given.update((name, value) for name, value in options.items() if value is not None)
-        draft = PushDraft(self, job, job_class, args, queue, given, self._metadata())
+        draft = PushDraft(self, job, job_class, args, queue, given, self._metadata(), delay=seconds)
         push_chain().prepare(draft)
         metadata = with_priority(draft.metadata, rank)
         prepared = PreparedPush(new_envelope(job_class, args, cap, metadata), seconds, queue, draft.notes)

@@ -124,6 +124,11 @@ class OutboxRefusedError(KinetisQueueError):
     the relay recorded the job as failed, with this error, and removed the row (docs/outbox.md)."""
 
 
+class JobExpiredError(KinetisQueueError):
+    """The job was not started by its expiry (kinetis_queue.expiry): the exception of its failed-job record, written
+    only when KINETIS_QUEUE["RECORD_EXPIRED"] asks for one. It never ran."""
+
+
 class JobTimeoutError(KinetisQueueError):
     """The attempt ran past the worker's ``--timeout``; handled as the job's own failure (retry rules apply)."""
 

@@ -33,13 +33,15 @@ if TYPE_CHECKING:
     from kinetis_queue.contracts import PreparedPush, Queue
     from kinetis_queue.job import Job
 
-#: The built-in features, in the order they are asked: a paused queue or a cancelled job is decided first, then
+#: The built-in features, in the order they are asked: a paused queue or a cancelled job is decided first, then an
+#: expired job, then
 #: a workflow's step, then a concurrency slot is taken, then a rate-limited start counted (a delivery that gets no
 #: slot uses up no start), before a unique job's start; on the push side the unique
 #: jobs' lock comes before the observers, which come before the outbox (a push the outbox captures is observed
 #: when it is captured, as one stored directly).
 DEFAULT_MIDDLEWARE: Final = (
     "kinetis_queue.control.hooks.ControlMiddleware",
+    "kinetis_queue.expiry.ExpiryMiddleware",
     "kinetis_queue.workflows.hooks.WorkflowMiddleware",
     "kinetis_queue.limits.keeper.LimitsMiddleware",
     "kinetis_queue.ratelimits.RateLimitMiddleware",
@@ -52,6 +54,7 @@ DEFAULT_MIDDLEWARE: Final = (
 #: INSTALLED_APPS (or before its models are loaded), so that a unique job there says what it needs instead of
 #: being pushed as a plain one.
 WITHOUT_THE_APP: Final = (
+    "kinetis_queue.expiry.ExpiryMiddleware",
     "kinetis_queue.limits.keeper.LimitsMiddleware",
     "kinetis_queue.ratelimits.RateLimitMiddleware",
     "kinetis_queue.unique.UniqueMiddleware",
@@ -80,6 +83,8 @@ class PushDraft:
     metadata: dict[str, Any]
     #: Per-push state for the push side of a middleware, under a key of its own (``PreparedPush.notes``).
     notes: dict[str, Any] = field(default_factory=dict)
+    #: Seconds until the job is due (the push's delay, checked).
+    delay: float = 0.0
 
 
 class Middleware(DeliveryHooks):

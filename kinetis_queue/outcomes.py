@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
+from typing import Any, ClassVar, Final
 
 
 class ExitReason(StrEnum):
@@ -42,6 +42,8 @@ class JobOutcome(StrEnum):
     #: Given back unstarted, no attempt charged: its concurrency key was at its limit (kinetis_queue.limits),
     #: or its queue was paused after the delivery was reserved (kinetis_queue.control).
     DEFERRED = "deferred"
+    #: Acked without running: the job was not started by its expiry (kinetis_queue.expiry).
+    EXPIRED = "expired"
 
 
 @dataclass(slots=True)
@@ -72,11 +74,22 @@ STORE_FAILURE_DELAY: Final = 5.0
 
 class SkipDelivery(Exception):  # a marker, not an error
     """Raised in place of a delivery's attempt that must not run (cancelled, superseded, done already):
-    the delivery is acked without running (JobOutcome.SKIPPED). ``reason`` is logged."""
+    the delivery is acked without running (JobOutcome.SKIPPED, or the subclass's ``outcome``). ``reason`` is
+    logged; ``signal``, when a subclass names one, is sent once the ack was accepted."""
+
+    #: What the delivery became.
+    outcome: ClassVar[JobOutcome] = JobOutcome.SKIPPED
+    #: The outcome signal sent after the ack (a django.dispatch.Signal), or None: a plain skip sends none.
+    signal: ClassVar[Any] = None
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class WillNeverRun(SkipDelivery):
+    """A skip of a job that never started and never will (its model is gone, it expired): whatever it holds for
+    a start (a unique key of scope "started" or "settled") is freed, and a chain's step ends as failed."""
 
 
 class AtLimit(Exception):  # a marker, not an error

@@ -17,6 +17,9 @@ job_released = Signal()
 #: handle() raised at the cap and fail() was accepted.
 #: provides: job, connection, exception, failed_job_id (None without a recorder), args (redacted)
 job_failed_permanently = Signal()
+#: The job was not started by its expiry (kinetis_queue.expiry) and ack() was accepted: it never ran.
+#: provides: job, connection
+job_expired = Signal()
 #: The backend refused the settlement as stale; nothing was written.
 #: provides: job, connection, operation (JobSettlement), error (StaleJobHandleError), exception (job's own, or None)
 job_settlement_lost = Signal()

@@ -25,7 +25,7 @@ from kinetis_queue.exceptions import (
     MalformedQueuedJobDataError,
     UnknownLockDatabaseError,
 )
-from kinetis_queue.outcomes import SkipDelivery
+from kinetis_queue.outcomes import WillNeverRun
 
 __all__ = [
     "MalformedJobArgumentError",
@@ -57,7 +57,7 @@ class MissingModelError(JobReconstructionError):
     ``Job.delete_when_missing_models``, is acked without running)."""
 
 
-class MissingModelSkipped(SkipDelivery):
+class MissingModelSkipped(WillNeverRun):
     """A job with ``delete_when_missing_models`` whose model row is gone: acked unrun, its unique key freed."""
 
 

@@ -125,6 +125,7 @@ def setting_keys() -> list[tuple[str, str, Any]]:
         ("MAIL", "top", None),
         ("ENDPOINTS", "top", None),
         ("MIDDLEWARE", "top", None),
+        ("RECORD_EXPIRED", "top", False),
         *((name, "top", default) for name, default in conf.OBSERVABILITY_KEYS.items()),
         *((o.name, "top or connection", o.default) for o in conf.SHARED_OPTIONS),
         ("BACKEND", "connection", None),

@@ -350,3 +350,19 @@ class BadRateDeclaration(Job):
 
     def handle(self) -> None:
         pass
+
+
+class ExpiresSoon(Job):
+    """Not started within 0.3 s of its push: never run (kinetis_queue.expiry)."""
+
+    expires = 0.3
+
+    def handle(self) -> None:
+        CALLS.append(("ExpiresSoon",))
+
+
+class BadExpiry(Job):
+    expires = -5
+
+    def handle(self) -> None:
+        pass

@@ -47,6 +47,13 @@ from kinetis_queue.workflows import engine as workflow_engine
 logger = logging.getLogger("kinetis_queue")
 
 
+def _paused_what(queue: str, connection: str) -> str:
+    """How the admin's messages and log name what a pause or resume is about."""
+    if queue == control.ALL_QUEUES:
+        return f"Every queue of connection {connection}"
+    return f"Queue {queue} of connection {connection}"
+
+
 @admin.register(FailedJob)
 class FailedJobAdmin(AdminPages):
     # The failure time first, so no long class name can push it out of a narrow window.
@@ -270,11 +277,11 @@ class FailedJobAdmin(AdminPages):
         if not isinstance(target, tuple):
             return target
         connection, queue = target
+        what = _paused_what(queue, connection)
         if request.POST.get("post") != "yes":
+            title = "Pause every queue" if queue == control.ALL_QUEUES else "Pause a queue"
             context = {
-                **self._page_context(
-                    request, "Pause a queue", [(self._url("status"), "Queue status")], "Pause a queue"
-                ),
+                **self._page_context(request, title, [(self._url("status"), "Queue status")], title),
                 "connection": connection,
                 "queue": queue,
                 "form_url": self._url("pause"),
@@ -283,15 +290,14 @@ class FailedJobAdmin(AdminPages):
             }
             return TemplateResponse(request, "admin/kinetis_queue/pause_confirmation.html", context)
         if control.pause(queue, connection):
-            logger.info("Queue %s of connection %s paused from the admin by %s", queue, connection, request.user)
+            logger.info("%s paused from the admin by %s", what, request.user)
             self.message_user(
                 request,
-                f"Queue {queue} of connection {connection} paused: its workers take none of its jobs from about "
-                "a second on; pushes still succeed.",
+                f"{what} paused: its workers take none of its jobs from about a second on; pushes still succeed.",
                 messages.SUCCESS,
             )
         else:
-            self.message_user(request, f"Queue {queue} of connection {connection} was paused already.", messages.INFO)
+            self.message_user(request, f"{what} was paused already.", messages.INFO)
         return self._back(request) or HttpResponseRedirect(self._url("status"))
 
     def resume_view(self, request: HttpRequest) -> HttpResponse:
@@ -300,16 +306,14 @@ class FailedJobAdmin(AdminPages):
         if not isinstance(target, tuple):
             return target
         connection, queue = target
+        what = _paused_what(queue, connection)
         if control.resume(queue, connection):
-            logger.info("Queue %s of connection %s resumed from the admin by %s", queue, connection, request.user)
+            logger.info("%s resumed from the admin by %s", what, request.user)
             self.message_user(
-                request,
-                f"Queue {queue} of connection {connection} resumed: its workers take its jobs again within "
-                "about a second.",
-                messages.SUCCESS,
+                request, f"{what} resumed: its workers take its jobs again within about a second.", messages.SUCCESS
             )
         else:
-            self.message_user(request, f"Queue {queue} of connection {connection} was not paused.", messages.INFO)
+            self.message_user(request, f"{what} was not paused.", messages.INFO)
         return self._back(request) or HttpResponseRedirect(self._url("status"))
 
     def _pause_target(self, request: HttpRequest) -> tuple[str, str] | HttpResponse:
@@ -320,7 +324,8 @@ class FailedJobAdmin(AdminPages):
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         try:
-            queue = validate_queue_name(request.POST.get("queue", ""))
+            given = request.POST.get("queue", "")
+            queue = control.ALL_QUEUES if given == control.ALL_QUEUES else validate_queue_name(given)
             connection = control.connection_name(request.POST.get("connection", ""), pausing=True)
         except KinetisQueueError as exc:
             self.message_user(request, f"Nothing was changed: {exc}", messages.ERROR)

@@ -162,6 +162,9 @@ class QueueSettings:
     #: ENDPOINTS: who may read the health view's details and the metrics view, and how long an answer is
     #: reused (kinetis_queue/observability/views.py).
     endpoints: EndpointSettings = field(default_factory=lambda: EndpointSettings(None, (), DEFAULT_CACHE_SECONDS))
+    #: RECORD_EXPIRED: an expired job (kinetis_queue.expiry) leaves a failed-job record, so queue_retry can push
+    #: it again. Off by default: it is acked and counted, nothing more.
+    record_expired: bool = False
 
 
 def _shared(option: Option, value: Any, path: KeyPath, max_visibility_timeout: int | None) -> Any:
@@ -189,6 +192,7 @@ def load() -> QueueSettings:
         "MAIL",  # validated by mail() alone (check kinetis_queue.E009), so a bad MAIL stops no push
         "ENDPOINTS",
         "MIDDLEWARE",  # its entries imported by kinetis_queue.middleware (check kinetis_queue.E011)
+        "RECORD_EXPIRED",
         *OBSERVABILITY_KEYS,
         *SHARED_KEYS,
     }
@@ -218,7 +222,12 @@ def load() -> QueueSettings:
         if name in raw:
             boolean(raw[name], (name,))
     flags = {name.lower(): bool(raw.get(name, default)) for name, default in OBSERVABILITY_KEYS.items()}
-    return QueueSettings(default, parsed, _imports(raw), **flags, endpoints=_endpoints(raw))
+    if "RECORD_EXPIRED" in raw:
+        boolean(raw["RECORD_EXPIRED"], ("RECORD_EXPIRED",))
+    record_expired = bool(raw.get("RECORD_EXPIRED", False))
+    return QueueSettings(
+        default, parsed, _imports(raw), **flags, endpoints=_endpoints(raw), record_expired=record_expired
+    )
 
 
 #: A dotted module name: identifiers separated by dots.

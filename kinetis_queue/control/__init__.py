@@ -6,6 +6,8 @@ up by id (Redis, SQS, RabbitMQ), is recorded as a Cancellation row instead, whic
 connection reads within about a second: it skips the job when it meets it, and a running one sees
 ``JobContext.cancelled`` become true. ``pause(queue)`` writes a PausedQueue row: the connection's
 workers stop taking that queue's jobs within about a second, and take them again after ``resume()``.
+``pause(ALL_QUEUES)`` (``queue_pause --all``) writes the row that pauses every queue of the connection, those
+first pushed to while it holds included; ``resume(ALL_QUEUES)`` removes every pause of the connection.
 
 The rows live in the Django database ``router.db_for_write()`` names for their model. Every argument
 is checked before any I/O. The models are imported inside each call: ``kinetis_queue`` re-exports
@@ -23,10 +25,24 @@ from kinetis_queue.contracts import Withdrawal
 from kinetis_queue.exceptions import InvalidQueueArgumentError, QueueUnavailableError
 from kinetis_queue.validation import validate_connection_name, validate_job_id, validate_queue_name
 
-__all__ = ["Withdrawal", "cancel", "cancel_job", "connection_name", "pause", "paused_queues", "prune", "resume"]
+__all__ = [
+    "ALL_QUEUES",
+    "Withdrawal",
+    "all_paused",
+    "cancel",
+    "cancel_job",
+    "connection_name",
+    "pause",
+    "paused_queues",
+    "prune",
+    "resume",
+]
 
 #: What a skipped delivery's log line gives as the reason (kinetis_queue.hooks.SkipDelivery).
 CANCELLED: Final = "cancelled"
+#: The queue name of the pause that holds every queue of a connection (``queue_pause --all``): no queue can
+#: have it (kinetis_queue.validation.QUEUE_NAME).
+ALL_QUEUES: Final = "*"
 
 
 def cancel(job_id: str, connection: str | None = None) -> bool:
@@ -77,12 +93,14 @@ def cancel_many(job_ids: Sequence[str], connection: str | None = None) -> dict[s
 
 def pause(queue: str, connection: str | None = None) -> bool:
     """Pause ``queue`` of ``connection``: its workers take none of its jobs from about a second on, and
-    pushes still succeed. True if it was running, False if it was paused already (nothing changes)."""
+    pushes still succeed. True if it was running, False if it was paused already (nothing changes).
+    ``ALL_QUEUES`` pauses every queue of the connection, and any queue pushed to while it holds."""
     from django.db import router
 
     from kinetis_queue.control.models import PausedQueue
 
-    validate_queue_name(queue)
+    if queue != ALL_QUEUES:
+        validate_queue_name(queue)
     name = connection_name(connection, pausing=True)
     rows = PausedQueue.objects.using(router.db_for_write(PausedQueue))
     _, created = rows.get_or_create(connection=name, queue=queue)
@@ -91,15 +109,17 @@ def pause(queue: str, connection: str | None = None) -> bool:
 
 def resume(queue: str, connection: str | None = None) -> bool:
     """Resume a paused ``queue`` of ``connection``: its workers take its jobs again from about a second on.
-    True if it was paused, False if it was not (nothing changes)."""
+    True if it was paused, False if it was not (nothing changes). ``ALL_QUEUES`` removes every pause of the
+    connection, the one of every queue and those of single queues."""
     from django.db import router
 
     from kinetis_queue.control.models import PausedQueue
 
-    validate_queue_name(queue)
+    if queue != ALL_QUEUES:
+        validate_queue_name(queue)
     name = connection_name(connection, pausing=True)
-    rows = PausedQueue.objects.using(router.db_for_write(PausedQueue))
-    deleted, _ = rows.filter(connection=name, queue=queue).delete()
+    rows = PausedQueue.objects.using(router.db_for_write(PausedQueue)).filter(connection=name)
+    deleted, _ = (rows if queue == ALL_QUEUES else rows.filter(queue=queue)).delete()
     return deleted > 0
 
 
@@ -111,7 +131,19 @@ def paused_queues(connection: str | None = None) -> list[str]:
 
     name = connection_name(connection)
     rows = PausedQueue.objects.using(router.db_for_write(PausedQueue)).filter(connection=name)
-    return sorted(rows.values_list("queue", flat=True))
+    return sorted(rows.exclude(queue=ALL_QUEUES).values_list("queue", flat=True))
+
+
+def all_paused(connection: str | None = None) -> bool:
+    """Whether every queue of ``connection`` is paused (``queue_pause --all``)."""
+    from django.db import router
+
+    from kinetis_queue.control.models import PausedQueue
+
+    name = connection_name(connection)
+    return (
+        PausedQueue.objects.using(router.db_for_write(PausedQueue)).filter(connection=name, queue=ALL_QUEUES).exists()
+    )
 
 
 def prune(hours: float) -> int:

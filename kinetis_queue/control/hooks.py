@@ -22,7 +22,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
-from kinetis_queue.control import CANCELLED
+from kinetis_queue.control import ALL_QUEUES, CANCELLED
 from kinetis_queue.middleware import Middleware
 from kinetis_queue.outcomes import AtLimit, SkipDelivery
 from kinetis_queue.unique import free_key
@@ -207,6 +207,8 @@ class ControlHooks(Middleware):
         if view is None or not view.paused:
             return queues
         paused = view.paused
+        if ALL_QUEUES in paused:  # queue_pause --all
+            return ()
         return tuple(name for name in queues if name not in paused)
 
     def admit(self, job: QueuedJob) -> None:
@@ -216,8 +218,9 @@ class ControlHooks(Middleware):
         if job.id in view.cancelled:
             self._free_unique_key(job)
             raise SkipDelivery(CANCELLED)
-        if job.queue in view.paused:  # reserved by a pop that began before the pause: not started, given back
-            raise AtLimit(PAUSED_DELAY, f"its queue {job.queue} is paused")
+        paused = view.paused
+        if paused and (job.queue in paused or ALL_QUEUES in paused):  # reserved by a pop that began before the
+            raise AtLimit(PAUSED_DELAY, f"its queue {job.queue} is paused")  # pause: not started, given back
 
     def cancelled(self, job: QueuedJob) -> bool:
         view = self._current()

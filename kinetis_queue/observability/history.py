@@ -115,6 +115,7 @@ class Writer:
             released=int(counts[OUTCOME_INDEX[JobOutcome.RELEASED]]),
             failed=int(counts[OUTCOME_INDEX[JobOutcome.FAILED]]),
             other=int(sum(counts[index] for index in _OTHER)),
+            expired=int(counts[OUTCOME_INDEX[JobOutcome.EXPIRED]]),
             runtime=counts[RUNTIME],
             buckets=",".join(str(int(n)) for n in counts[FIRST_BUCKET:]),
         )
@@ -140,7 +141,7 @@ def _upsert(alias: str, rows: list[HistoryMinute]) -> None:
         rows,
         update_conflicts=True,
         unique_fields=["minute", "source", "connection", "queue", "job"] if targeted else None,
-        update_fields=["pushed", "succeeded", "released", "failed", "other", "runtime", "buckets"],
+        update_fields=["pushed", "succeeded", "released", "failed", "other", "expired", "runtime", "buckets"],
     )
 
 
@@ -173,6 +174,8 @@ class Counts:
     released: int = 0
     failed: int = 0
     other: int = 0
+    #: Of ``other``: jobs that expired unstarted.
+    expired: int = 0
     runtime: float = 0.0
     buckets: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))
 
@@ -190,6 +193,7 @@ class Counts:
         self.released += row.released
         self.failed += row.failed
         self.other += row.other
+        self.expired += row.expired
         self.runtime += row.runtime
         for index, n in enumerate(row.buckets.split(",")[: len(self.buckets)]):
             self.buckets[index] += int(n)
@@ -218,6 +222,7 @@ class Counts:
             "released": self.released,
             "failed": self.failed,
             "other": self.other,
+            "expired": self.expired,
             "mean": mean,
             "p50": self.quantile(0.5),
             "p95": self.quantile(0.95),

@@ -69,8 +69,10 @@ class HistoryMinute(models.Model):
     released = models.BigIntegerField(default=0)
     #: Deliveries that failed for good.
     failed = models.BigIntegerField(default=0)
-    #: Lost, snoozed, skipped and deferred deliveries.
+    #: Lost, snoozed, skipped, deferred and expired deliveries.
     other = models.BigIntegerField(default=0)
+    #: Of ``other``, the deliveries of jobs that expired unstarted (kinetis_queue.expiry).
+    expired = models.BigIntegerField(default=0)
     #: The deliveries' seconds, summed.
     runtime = models.FloatField(default=0.0)
     #: The deliveries per run-time bucket (history.BUCKETS, then the longer ones), comma-separated.

@@ -18,6 +18,7 @@ from kinetis_queue.backends.sql import SqlQueue
 from kinetis_queue.backends.sql.queue import JOBS_TABLE
 from kinetis_queue.backends.sql.tables import explain
 from kinetis_queue.contracts import DisposableQueue, Queue, QueueStats
+from kinetis_queue.control import ALL_QUEUES
 from kinetis_queue.db import tables
 from kinetis_queue.failed import failed_counts
 from kinetis_queue.outbox.relay import backlog, refused_count
@@ -60,6 +61,8 @@ class ConnectionFigures:
     error: str | None = None
     #: Its outbox's backlog, when it has one (OUTBOX).
     outbox: OutboxFigures | None = None
+    #: Whether every queue of the connection is paused (queue_pause --all), new ones included.
+    all_paused: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +73,7 @@ class ConnectionFigures:
                 {"queue": q.queue, **asdict(q.stats), "failed": q.failed, "paused": q.paused} for q in self.queues
             ],
             "outbox": None if self.outbox is None else asdict(self.outbox),
+            "all_paused": self.all_paused,
         }
 
 
@@ -98,8 +102,12 @@ def collect(connection: str | None = None, queues: Sequence[str] | None = None) 
         try:
             outbox = _outbox(settings)  # first: a store that is down is when the backlog grows
             wanted = list(queues) if queues else _queue_names(queue, name, failed, paused)
-            figures = [QueueFigures(q, queue.stats(q), failed.get((name, q), 0), (name, q) in paused) for q in wanted]
-            result.append(ConnectionFigures(name, settings.backend, figures, outbox=outbox))
+            everything = (name, ALL_QUEUES) in paused
+            figures = [
+                QueueFigures(q, queue.stats(q), failed.get((name, q), 0), everything or (name, q) in paused)
+                for q in wanted
+            ]
+            result.append(ConnectionFigures(name, settings.backend, figures, outbox=outbox, all_paused=everything))
         except Exception as exc:
             result.append(ConnectionFigures(name, settings.backend, error=_describe_error(queue, exc), outbox=outbox))
         finally:

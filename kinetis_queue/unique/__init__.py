@@ -29,7 +29,7 @@ from kinetis_queue.exceptions import InvalidQueueArgumentError, UnknownLockDatab
 from kinetis_queue.job import Job, job_class_path
 from kinetis_queue.middleware import Middleware, PushDraft, Store, app_loaded
 from kinetis_queue.outbox import outbox_of
-from kinetis_queue.outcomes import SkipDelivery
+from kinetis_queue.outcomes import SkipDelivery, WillNeverRun
 from kinetis_queue.unique.store import METADATA_KEY as METADATA_KEY
 from kinetis_queue.unique.store import UNTIL_VALUES
 from kinetis_queue.unique.store import HeldLock as HeldLock
@@ -40,7 +40,6 @@ from kinetis_queue.unique.store import Until as Until
 from kinetis_queue.unique.store import held_lock as held_lock
 from kinetis_queue.unique.store import lock_of as lock_of
 from kinetis_queue.unique.store import without_lock as without_lock
-from kinetis_queue.values import MissingModelSkipped
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -105,7 +104,7 @@ class UniqueMiddleware(Middleware):
     def skipped(self, job: QueuedJob, skipped: SkipDelivery) -> None:
         """A delivery skipped because a model it names is gone never started and never will: its key is freed,
         scope "started" or "settled" (a cancellation frees its own; a superseded one is not the holder)."""
-        if isinstance(skipped, MissingModelSkipped):
+        if isinstance(skipped, WillNeverRun):  # its model gone, expired
             free_key(self.queue, job, _releasing_store)
 
     def _release(self, job: QueuedJob) -> None:

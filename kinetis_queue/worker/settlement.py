@@ -131,13 +131,16 @@ class Settler:
                 return self._lost(job, JobSettlement.ACK, stale, None)
             contained(
                 logger.info,
-                'Job "%s" skipped (attempt %d): %s',
+                'Job "%s" %s (attempt %d): %s',
                 job_name(job),
+                skipped.outcome.value,
                 job.attempts,
                 skipped.reason,
                 extra=describe(job),
             )
-            return JobOutcome.SKIPPED
+            if skipped.signal is not None:
+                self.send(skipped.signal, job)
+            return skipped.outcome
         finally:
             _log_renewal_failures(job, report)
 

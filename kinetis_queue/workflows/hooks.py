@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from kinetis_queue.contracts import Queue, QueuedJob
 from kinetis_queue.middleware import Middleware
-from kinetis_queue.outcomes import SkipDelivery
+from kinetis_queue.outcomes import SkipDelivery, WillNeverRun
 from kinetis_queue.worker.background import BackgroundLoop
 from kinetis_queue.workflows import engine
 from kinetis_queue.workflows.models import WorkflowMember
@@ -82,6 +82,12 @@ class WorkflowHooks(Middleware):
 
     def failing(self, job: QueuedJob) -> None:
         self._finish(job, False)
+
+    def skipped(self, job: QueuedJob, skipped: SkipDelivery) -> None:
+        """A step that will never run (expired, its model gone) ends as failed: the chain stops there and a batch's
+        callbacks see it, as for a failure."""
+        if isinstance(skipped, WillNeverRun):
+            self._finish(job, False)
 
     def _finish(self, job: QueuedJob, succeeded: bool) -> None:
         ref = member_of(job)

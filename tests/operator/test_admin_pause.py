@@ -9,7 +9,7 @@ import pytest
 from django.test import override_settings
 from django.urls import reverse
 
-from kinetis_queue.control import pause, paused_queues, resume
+from kinetis_queue.control import all_paused, pause, paused_queues, resume
 from tests.operator.test_admin import STATUS_SETTINGS, client_for
 
 STATUS = reverse("admin:kinetis_queue_failedjob_status")
@@ -107,3 +107,36 @@ def test_the_sync_connection_has_no_button(listed: str) -> None:
     assert 'value="Resume"' in _row(page, listed)
     sync = page[page.index('data-connection="sync" data-queue="default"') :]
     assert "<form" not in sync[: sync.index("</tr>")]
+
+
+def test_every_queue_of_a_connection_is_paused_after_a_confirmation_and_resumed_from_the_status_page() -> None:
+    """The status page's "Pause every queue of postgres": a confirmation that says every queue, new ones included;
+    then the page and the dashboard's header say so, until "Resume every queue" lifts it."""
+    client = client_for("superuser")
+    page = client.get(STATUS).content.decode()
+    assert 'value="Pause every queue of postgres"' in page
+    confirmation = client.post(PAUSE, {"connection": "postgres", "queue": "*"})
+    assert confirmation.status_code == 200
+    assert "pause <strong>every queue</strong> of connection" in confirmation.content.decode()
+    assert not all_paused("postgres")  # the confirmation page changes nothing
+    try:
+        done = client.post(PAUSE, {"connection": "postgres", "queue": "*", "post": "yes"})
+        assert (done.status_code, done["Location"]) == (302, STATUS)
+        assert all_paused("postgres")
+        page = client.get(STATUS).content.decode()
+        assert "Every queue of connection postgres paused" in page
+        assert "Every queue of postgres is paused, new ones included." in page
+        assert 'value="Resume every queue of postgres"' in page
+        dashboard = client.get(reverse("admin:kinetis_queue_failedjob_dashboard", args=["postgres"])).content.decode()
+        assert 'id="dashboard-all-paused"' in dashboard and 'value="Resume every queue"' in dashboard
+        assert client.post(RESUME, {"connection": "postgres", "queue": "*"}).status_code == 302
+        assert not all_paused("postgres")
+    finally:
+        resume("*", "postgres")
+
+
+def test_view_only_staff_cannot_pause_every_queue() -> None:
+    client = client_for("view_only")
+    assert 'value="Pause every queue' not in client.get(STATUS).content.decode()
+    assert client.post(PAUSE, {"connection": "postgres", "queue": "*", "post": "yes"}).status_code == 403
+    assert not all_paused("postgres")

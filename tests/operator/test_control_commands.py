@@ -13,8 +13,9 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from kinetis_queue import connections
-from kinetis_queue.control import pause, paused_queues, resume
+from kinetis_queue.control import ALL_QUEUES, all_paused, pause, paused_queues, resume
 from kinetis_queue.models import Cancellation, PausedQueue
+from kinetis_queue.worker import Worker
 from tests import jobs
 from tests.operator.test_failed import manage
 
@@ -96,6 +97,49 @@ def test_queue_pause_without_a_connection_pauses_on_the_default_one(queue_name: 
     assert queue_name not in paused_queues()
 
 
+def test_queue_pause_all_holds_every_queue_of_the_connection_new_ones_included(queue_name: str) -> None:
+    """queue_pause --all: no worker of the connection takes a job of any queue, one first pushed to while the pause
+    holds included, and queue_status says so; queue_resume --all lifts it and the single pauses with it."""
+    other = f"{queue_name}-new"
+    pause(queue_name, "postgres")
+    assert run("queue_pause", "--all", "--connection=postgres").startswith(
+        "Every queue of connection 'postgres' paused, new ones included"
+    )
+    try:
+        assert run("queue_pause", "--all", "--connection=postgres") == (
+            "Every queue of connection 'postgres' was paused already: nothing changed.\n"
+        )
+        assert all_paused("postgres") and not all_paused("sqlite")
+        assert ALL_QUEUES not in paused_queues("postgres")
+        connection = connections.queues["postgres"]
+        job_id = connection.push(jobs.Noop(), queue=other)
+        held = Worker(connection, recorder=None)
+        try:
+            assert held.process_next(0.5, [other]) is False  # held: nothing taken
+        finally:
+            held.close()
+        figures = json.loads(run("queue_status", "--connection=postgres", f"--queue={other}", "--json"))
+        [connection_figures] = figures["connections"]
+        assert connection_figures["all_paused"] is True and connection_figures["queues"][0]["paused"] is True
+        assert "Every queue of postgres is paused" in run("queue_status", "--connection=postgres", f"--queue={other}")
+
+        assert run("queue_resume", "--all", "--connection=postgres").startswith(
+            "Every queue of connection 'postgres' resumed"
+        )
+        worker = Worker(connection, recorder=None)
+        try:
+            assert worker.process_next(10, [other]) is True
+        finally:
+            worker.close()
+    finally:
+        resume(ALL_QUEUES, "postgres")
+    assert not all_paused("postgres") and queue_name not in paused_queues("postgres")  # the single pause went too
+    assert run("queue_resume", "--all", "--connection=postgres") == (
+        "No queue of connection 'postgres' was paused: nothing changed.\n"
+    )
+    assert connection.size(other) == 0 and job_id
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -105,6 +149,7 @@ def test_queue_pause_without_a_connection_pauses_on_the_default_one(queue_name: 
         (["queue_cancel", "0" * 32, "--connection=Bad"], "connection 'Bad' is invalid"),
         (["queue_cancel", "0" * 32, "--connection=nosuch"], "not configured"),
         (["queue_pause"], "the following arguments are required"),
+        (["queue_pause", "ok", "--all"], r"QUEUE, or --all \(not both\)"),
         (["queue_pause", "bad name"], "queue name 'bad name' is invalid"),
         (["queue_pause", "ok", "--connection=Bad"], "connection 'Bad' is invalid"),
         (["queue_pause", "ok", "--connection=nosuch"], "not configured"),

@@ -287,7 +287,7 @@ def _push_options(task: AnyTask, args: list[Any], kwargs: dict[str, Any]) -> dic
     arguments of any size fit the key's length limit)."""
     if not isinstance(task, KinetisTask):
         return {}
-    options: dict[str, Any] = {"max_attempts": task.max_attempts}
+    options: dict[str, Any] = {"max_attempts": task.max_attempts, "expires": task.expires}
     if task.unique_for is not None:
         canonical = json.dumps([task.module_path, args, kwargs], sort_keys=True, separators=(",", ":"))
         options["unique_key"] = hashlib.sha256(canonical.encode()).hexdigest()

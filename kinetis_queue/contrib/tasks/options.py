@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kinetis_queue.contrib.tasks.compat import InvalidTask, Task
 from kinetis_queue.exceptions import InvalidQueueArgumentError
+from kinetis_queue.expiry import MAX_EXPIRES
 from kinetis_queue.limits import MAX_KEY_LENGTH as MAX_CONCURRENCY_KEY
 from kinetis_queue.limits import MAX_SLOTS
 from kinetis_queue.ratelimits import MAX_KEY_LENGTH as MAX_RATE_KEY
@@ -34,6 +35,7 @@ OPTION_NAMES = (
     "concurrency_key",
     "rate_limit",
     "rate_key",
+    "expires",
 )
 
 if TYPE_CHECKING:  # the stubs make Task generic; the runtime class is not subscriptable
@@ -69,6 +71,9 @@ class KinetisTask(_TaskBase):
     rate_limit: tuple[int, float] | RateLimit | None = None
     #: The rate limit's key: tasks naming the same key share its window; None: the task's own path.
     rate_key: str | None = None
+    #: Seconds after the enqueue by which a run must have started, else it never runs (kinetis_queue.expiry);
+    #: None: never expires.
+    expires: float | None = None
 
 
 def _number(value: object) -> bool:
@@ -103,6 +108,8 @@ def validate_options(task: KinetisTask) -> None:
             as_rate_limit(task.rate_limit, "rate_limit")
         except InvalidQueueArgumentError as exc:
             raise InvalidTask(f"{exc} (or None).") from None
+    if task.expires is not None and not (_number(task.expires) and 0 < task.expires <= MAX_EXPIRES):
+        raise InvalidTask(f"expires must be a number of seconds above 0, at most {MAX_EXPIRES} (or None).")
     rate_key = task.rate_key
     if rate_key is not None:
         if type(rate_key) is not str or not 0 < len(rate_key) <= MAX_RATE_KEY:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
+from django.db import DatabaseError
 
 from kinetis_queue import conf
 from kinetis_queue.exceptions import KinetisQueueError, QueueTablesMissingError
@@ -19,6 +20,15 @@ from kinetis_queue.workflows import engine as workflow_engine
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}s"
+
+
+def _expired_last_hour(connection: str | None) -> int:
+    """Jobs that expired unstarted in the last 60 minutes (kinetis_queue.expiry), as the history counted them;
+    0 without the history (HISTORY off) or its table."""
+    try:
+        return sum(counts.expired for counts in history.totals(connection, minutes=60).values())
+    except DatabaseError:
+        return 0
 
 
 def _history_json(connection: str | None, minutes: int) -> dict[str, Any]:
@@ -86,8 +96,13 @@ class Command(QueueCommand):
             raise CommandError(str(exc)) from exc
         workflows = workflow_engine.counts()
         minutes = min(options["minutes"], history.KEEP_HOURS * 60)
+        expired = _expired_last_hour(options["connection"])
         if options["json"]:
-            payload: dict[str, Any] = {"connections": [f.as_dict() for f in figures], "workflows": workflows}
+            payload: dict[str, Any] = {
+                "connections": [f.as_dict() for f in figures],
+                "workflows": workflows,
+                "expired_last_hour": expired,
+            }
             if options["history"]:
                 payload["history"] = _history_json(options["connection"], minutes)
             self.stdout.write(json.dumps(payload, indent=2))
@@ -98,6 +113,10 @@ class Command(QueueCommand):
                     "Chains and batches: "
                     + ", ".join(f"{n} {state}" for state, n in workflows.items() if n)
                     + " (queue_prune removes the ended ones)"
+                )
+            if expired:
+                self.stdout.write(
+                    f"Expired unstarted in the last hour: {expired} job(s) (queue_status --history --json: per queue)"
                 )
             if options["history"]:
                 self._history(options["connection"], minutes)
@@ -144,6 +163,13 @@ class Command(QueueCommand):
                     )
                 else:
                     self.stdout.write(line)
+        for connection in figures:
+            if connection.all_paused:
+                self.stdout.write(
+                    f"Every queue of {connection.connection} is paused, new ones included "
+                    f"(queue_resume --all --connection {connection.connection})",
+                    self.style.WARNING,
+                )
         for connection in figures:
             if connection.error is not None:
                 self.stderr.write(f"{connection.connection}: {connection.error}")
