@@ -40,6 +40,7 @@ from kinetis_queue.outcomes import ExitReason
 from kinetis_queue.worker.acks import AckBatch
 from kinetis_queue.worker.log import contained, describe, job_name, logger
 from kinetis_queue.worker.timeout_watchdog import Watchdog
+from kinetis_queue.worker.turns import Turns
 
 if TYPE_CHECKING:
     from kinetis_queue.worker import Worker
@@ -71,6 +72,8 @@ class Dispatcher:
         self._threads: list[threading.Thread] = []
         self._inbox: deque[QueuedJob | None] = deque()
         self.taken = 0
+        #: The weighted turns between the queues (queue_work --queue emails:4,reports:1), or None: strict order.
+        self.turns: Turns | None = None
 
     def busy(self) -> bool:
         """Whether a job is running now (a second signal then exits at once)."""
@@ -79,7 +82,8 @@ class Dispatcher:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def run(self, timeout: float, queues: Sequence[str], limits: RunLimits) -> ExitReason:
+    def run(self, timeout: float, queues: Sequence[str], limits: RunLimits, turns: Turns | None = None) -> ExitReason:
+        self.turns = turns
         self.runner.acks = self.acks
         self.runner.watchdog = Watchdog() if self.concurrency > 1 else None
         self.runner.settled = self._settled
@@ -129,7 +133,13 @@ class Dispatcher:
             return False
         if len(active) < len(queues):  # some are paused: a short look, so that a resume is seen as soon
             wait = min(wait, PAUSED_WAIT)
+        turns = self.turns
+        if turns is not None:
+            active = turns.order(active)
+            want = min(want, turns.first_share(active))
         reserved = self.worker.queue.pop_many(wait, active, want)
+        if turns is not None:
+            turns.charge(job.queue for job in reserved.jobs)
         for malformed in reserved.malformed:
             contained(logger.warning, "%s", malformed)
             self.taken += 1

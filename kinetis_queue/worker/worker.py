@@ -24,7 +24,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Final, Self
 
@@ -42,6 +42,7 @@ from kinetis_queue.worker.heartbeat import Heartbeat
 from kinetis_queue.worker.log import contained, logger
 from kinetis_queue.worker.run_limits import RunLimits, positive_limit
 from kinetis_queue.worker.settlement import retry_delay
+from kinetis_queue.worker.turns import Turns
 
 if TYPE_CHECKING:
     from kinetis_queue.worker.restart import RestartMarker
@@ -144,6 +145,7 @@ class Worker:
         max_time: float | None = None,
         memory: float | None = None,
         restart: RestartMarker | None = None,
+        weights: Mapping[str, int] | None = None,
     ) -> ExitReason:
         """Process jobs until stopped; return why (also kept in ``exit_reason``).
 
@@ -152,7 +154,9 @@ class Worker:
         (retries, failures and malformed messages count), after ``max_time`` seconds, once resident
         memory reaches ``memory`` MB, or when the ``restart`` marker moved. Limits count across every
         slot, are read between jobs and never interrupt one. An exception escaping the loop sets
-        ``exit_reason`` to ERROR and propagates (after the running jobs end).
+        ``exit_reason`` to ERROR and propagates (after the running jobs end). ``weights`` (queue name to a
+        whole number) takes turns between the queues in that proportion while they have work (worker/turns.py);
+        without, ``queues`` are asked in their order.
         """
         if validate_timeout(timeout) == 0:
             raise InvalidQueueArgumentError(
@@ -173,7 +177,8 @@ class Worker:
         try:
             self._start_hooks()
             self._dispatcher = Dispatcher(self, self._runner, self.concurrency, self.prefetch)
-            reason = self._dispatcher.run(timeout, queues, limits)
+            turns = Turns(weights) if weights else None
+            reason = self._dispatcher.run(timeout, queues, limits, turns)
         except BaseException:
             self.exit_reason = ExitReason.ERROR
             raise

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import NamedTuple
 
 from kinetis_queue.exceptions import InvalidQueueArgumentError
 from kinetis_queue.validation import (
@@ -16,6 +17,7 @@ from kinetis_queue.validation import (
     validate_queue_list,
     validate_queue_name,
 )
+from kinetis_queue.worker.turns import parse_weights
 
 
 def queue_list(value: str) -> tuple[str, ...]:
@@ -23,6 +25,23 @@ def queue_list(value: str) -> tuple[str, ...]:
     try:
         return validate_queue_list([name.strip() for name in value.split(",")])
     except InvalidQueueArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class WeightedQueues(NamedTuple):
+    """``queue_work --queue emails:4,reports:1``: the queues in order, and their weights ({}: strict order)."""
+
+    names: tuple[str, ...]
+    weights: dict[str, int]
+
+
+def weighted_queue_list(value: str) -> WeightedQueues:
+    """``--queue a,b`` (strict order) or ``--queue a:4,b:1`` (turns in that proportion): every name valid, none
+    repeated, every weight a whole number from 1 to MAX_WEIGHT (the whole list, before any is used)."""
+    try:
+        names, weights = parse_weights([entry.strip() for entry in value.split(",")])
+        return WeightedQueues(validate_queue_list(list(names)), weights)
+    except (InvalidQueueArgumentError, ValueError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 

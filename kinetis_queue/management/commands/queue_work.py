@@ -23,10 +23,12 @@ from kinetis_queue.failed import failed_counts
 from kinetis_queue.hooks import HookChain
 from kinetis_queue.management.commands import _reload
 from kinetis_queue.management.commands._arguments import (
+    WeightedQueues,
     connection_name,
     positive_int,
     positive_number,
     queue_list,
+    weighted_queue_list,
 )
 from kinetis_queue.management.commands._output import QueueCommand
 from kinetis_queue.middleware import worker_hooks
@@ -98,9 +100,12 @@ class Command(QueueCommand):
         parser.add_argument("--connection", type=connection_name, help="connection name (default: DEFAULT_CONNECTION)")
         parser.add_argument(
             "--queue",
-            type=queue_list,
+            type=weighted_queue_list,
             default=None,
-            help="queues to watch, highest priority first: --queue high,default (default: default)",
+            help=(
+                "queues to watch, highest priority first: --queue high,default (default: default); with weights, "
+                "turns in that proportion while each has work: --queue emails:4,reports:1"
+            ),
         )
         parser.add_argument(
             "--sleep",
@@ -231,7 +236,9 @@ class Command(QueueCommand):
         tries = options["tries"] if options["tries"] is not None else settings.max_attempts
         backoff = options["backoff"] if options["backoff"] is not None else settings.retry_base_delay
         job_timeout = options["timeout"] if options["timeout"] is not None else settings.timeout
-        queues: tuple[str, ...] = options["queue"] or DEFAULT_QUEUES
+        chosen: WeightedQueues | None = options["queue"]
+        queues: tuple[str, ...] = chosen.names if chosen is not None else DEFAULT_QUEUES
+        weights = chosen.weights if chosen is not None else {}
         heartbeat = _heartbeat_file(options["heartbeat_file"], timeout)
         try:
             queue = connections.build(settings.name)
@@ -300,6 +307,7 @@ class Command(QueueCommand):
                     max_time=options["max_time"],
                     memory=options["memory"],
                     restart=marker_for(queue, settings.name),
+                    weights=weights or None,
                 )
             except Exception as exc:
                 # An infrastructure failure: non-zero exit; --traceback shows where.
