@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from collections.abc import Sequence
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 from django.db import connections
@@ -74,6 +74,11 @@ class Dispatcher:
         self.taken = 0
         #: The weighted turns between the queues (queue_work --queue emails:4,reports:1), or None: strict order.
         self.turns: Turns | None = None
+        #: Each queue's concurrent slots in this process (queue_work --queue emails=8,reports=2), or None: the
+        #: worker's concurrency shared by every queue. ``_held`` counts each queue's deliveries reserved and not
+        #: finished (running, or waiting for a slot).
+        self.slots: dict[str, int] | None = None
+        self._held: Counter[str] = Counter()
 
     def busy(self) -> bool:
         """Whether a job is running now (a second signal then exits at once)."""
@@ -82,8 +87,16 @@ class Dispatcher:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def run(self, timeout: float, queues: Sequence[str], limits: RunLimits, turns: Turns | None = None) -> ExitReason:
+    def run(
+        self,
+        timeout: float,
+        queues: Sequence[str],
+        limits: RunLimits,
+        turns: Turns | None = None,
+        slots: Mapping[str, int] | None = None,
+    ) -> ExitReason:
         self.turns = turns
+        self.slots = dict(slots) if slots else None
         self.runner.acks = self.acks
         self.runner.watchdog = Watchdog() if self.concurrency > 1 else None
         self.runner.settled = self._settled
@@ -133,6 +146,17 @@ class Dispatcher:
             return False
         if len(active) < len(queues):  # some are paused: a short look, so that a resume is seen as soon
             wait = min(wait, PAUSED_WAIT)
+        slots = self.slots
+        if slots is not None:
+            with self._cond:
+                free = {name: slots.get(name, 0) - self._held[name] for name in active}
+            active = tuple(name for name in active if free[name] > 0)
+            if not active:  # every watched queue has all its slots taken: wait for one to end
+                with self._cond:
+                    self._cond.wait(min(wait, SLOT_WAIT))
+                return False
+            # Never more than the fullest of them can take: whichever queue the jobs come from, each fits.
+            want = min(want, min(free[name] for name in active))
         turns = self.turns
         if turns is not None:
             active = turns.order(active)
@@ -146,6 +170,9 @@ class Dispatcher:
             with self._cond:  # pool threads count their deliveries too
                 self.worker.processed += 1
         now = time.monotonic()
+        if slots is not None:
+            with self._cond:
+                self._held.update(job.queue for job in reserved.jobs)
         for job in reserved.jobs:
             if self.runner.heartbeat is not None:
                 self.runner.heartbeat.start(job)
@@ -190,6 +217,7 @@ class Dispatcher:
                 with self._cond:
                     self._busy -= 1
                     self._count_finished()
+                    self._unhold(job)
             return
         with self._cond:
             self._busy += 1
@@ -219,6 +247,7 @@ class Dispatcher:
                     with self._cond:
                         self._busy -= 1
                         self._count_finished()
+                        self._unhold(job)
                         self._cond.notify_all()
         finally:
             connections.close_all()
@@ -257,6 +286,11 @@ class Dispatcher:
         after that reservation, which then reserved nothing ahead)."""
         if self.prefetch:  # only _prefetch_size() reads (and prunes) it: none kept without prefetch
             self._finished.append(time.monotonic())
+
+    def _unhold(self, job: QueuedJob) -> None:
+        """A delivery of a queue with slots ended or was given back (called with ``_cond`` held)."""
+        if self.slots is not None and self._held[job.queue] > 0:
+            self._held[job.queue] -= 1
 
     def _failed(self, exc: BaseException) -> None:
         with self._cond:
@@ -298,6 +332,8 @@ class Dispatcher:
         while len(self._waiting) > keep:
             job, _ = self._waiting[keep]
             del self._waiting[keep]
+            with self._cond:
+                self._unhold(job)
             if self.runner.heartbeat is not None:
                 self.runner.heartbeat.stop(job)
             try:

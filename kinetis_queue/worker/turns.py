@@ -16,6 +16,8 @@ from typing import Final
 
 #: The largest weight of one queue.
 MAX_WEIGHT: Final = 100
+#: The most concurrent slots of one queue (queue_work --queue emails=8).
+MAX_SLOTS: Final = 256
 
 
 class Turns:
@@ -53,16 +55,35 @@ class Turns:
 def parse_weights(entries: Sequence[str]) -> tuple[tuple[str, ...], dict[str, int]]:
     """``["emails:4", "reports:1"]`` -> the queue names in order and their weights ({} when none has one: strict
     order). A queue without a weight among weighted ones gets 1. Raises ValueError naming the entry and the rule."""
+    names, weights, slots = parse_queues(entries)
+    if slots:
+        raise ValueError("slots (queue=N) are queue_work's: give weights only here")
+    return names, weights
+
+
+def parse_queues(entries: Sequence[str]) -> tuple[tuple[str, ...], dict[str, int], dict[str, int]]:
+    """``["emails:4=8", "reports:1=2"]`` -> the queue names in order, their weights (``:W``; {} when none has one:
+    strict order; 1 for a queue without one among weighted ones) and their concurrent slots in one process (``=N``;
+    {} when none has them; every queue needs its own when one has). Raises ValueError naming the queue and the
+    rule."""
     names: list[str] = []
     weights: dict[str, int] = {}
+    slots: dict[str, int] = {}
     for entry in entries:
-        name, sep, weight = entry.partition(":")
+        head, has_slots, count = entry.partition("=")
+        name, has_weight, weight = head.partition(":")
         names.append(name)
-        if not sep:
-            continue
-        if not weight.isdigit() or not 1 <= int(weight) <= MAX_WEIGHT:
-            raise ValueError(f"the weight of queue {name!r} must be a whole number from 1 to {MAX_WEIGHT}")
-        weights[name] = int(weight)
+        if has_weight:
+            if not weight.isdigit() or not 1 <= int(weight) <= MAX_WEIGHT:
+                raise ValueError(f"the weight of queue {name!r} must be a whole number from 1 to {MAX_WEIGHT}")
+            weights[name] = int(weight)
+        if has_slots:
+            if not count.isdigit() or not 1 <= int(count) <= MAX_SLOTS:
+                raise ValueError(f"the slots of queue {name!r} must be a whole number from 1 to {MAX_SLOTS}")
+            slots[name] = int(count)
     if weights:
         weights = {name: weights.get(name, 1) for name in names}
-    return tuple(names), weights
+    if slots and len(slots) < len(names):
+        missing = next(name for name in names if name not in slots)
+        raise ValueError(f"queue {missing!r} has no slots: give every queue its slots (queue=N) or none")
+    return tuple(names), weights, slots

@@ -146,6 +146,7 @@ class Worker:
         memory: float | None = None,
         restart: RestartMarker | None = None,
         weights: Mapping[str, int] | None = None,
+        slots: Mapping[str, int] | None = None,
     ) -> ExitReason:
         """Process jobs until stopped; return why (also kept in ``exit_reason``).
 
@@ -156,8 +157,20 @@ class Worker:
         slot, are read between jobs and never interrupt one. An exception escaping the loop sets
         ``exit_reason`` to ERROR and propagates (after the running jobs end). ``weights`` (queue name to a
         whole number) takes turns between the queues in that proportion while they have work (worker/turns.py);
-        without, ``queues`` are asked in their order.
+        without, ``queues`` are asked in their order. ``slots`` (queue name to a whole number, every queue of
+        ``queues``) gives each queue its own number of concurrent deliveries, which add up to at most the
+        worker's ``concurrency``.
         """
+        if slots:
+            if set(slots) != set(queues) or any(type(n) is not int or n < 1 for n in slots.values()):
+                raise InvalidQueueArgumentError(
+                    "slots must give every watched queue a whole number of slots, 1 or more"
+                )
+            if sum(slots.values()) > self.concurrency:
+                raise InvalidQueueArgumentError(
+                    f"the queues' slots add up to {sum(slots.values())}, more than the worker's concurrency "
+                    f"({self.concurrency})"
+                )
         if validate_timeout(timeout) == 0:
             raise InvalidQueueArgumentError(
                 "the poll timeout must be positive in run(): 0 would wait forever and never see a stop"
@@ -178,7 +191,7 @@ class Worker:
             self._start_hooks()
             self._dispatcher = Dispatcher(self, self._runner, self.concurrency, self.prefetch)
             turns = Turns(weights) if weights else None
-            reason = self._dispatcher.run(timeout, queues, limits, turns)
+            reason = self._dispatcher.run(timeout, queues, limits, turns, slots)
         except BaseException:
             self.exit_reason = ExitReason.ERROR
             raise

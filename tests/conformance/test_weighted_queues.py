@@ -1,6 +1,7 @@
-"""Weighted queues in one worker (queue_work --queue emails:4,reports:1, worker/turns.py): while both queues have
-work the worker takes their jobs in proportion to their weights, spread out; a queue without work passes its turn;
-strict order stays the default."""
+"""Weighted queues and per-queue slots in one worker (queue_work --queue emails:4,reports:1 and --queue
+emails=8,reports=2; worker/turns.py, the dispatcher): while both queues have work the worker takes their jobs in
+proportion to their weights, spread out; a queue without work passes its turn; strict order stays the default; a
+queue with slots never runs more of its jobs at once than it has slots."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from kinetis_queue.contracts import Queue
+from kinetis_queue.exceptions import InvalidQueueArgumentError
 from kinetis_queue.outcomes import JobReport
 from kinetis_queue.worker import ExitReason, Worker
-from kinetis_queue.worker.turns import Turns, parse_weights
+from kinetis_queue.worker.turns import Turns, parse_queues, parse_weights
+from tests import concurrency_jobs as cj
 from tests import jobs
+from tests.support.helpers import in_thread, wait_until
 
 pytestmark = pytest.mark.trait("stores_jobs")
 
@@ -102,3 +106,62 @@ def test_weights_default_to_one_and_strict_order_has_none() -> None:
 def test_queue_work_refuses_a_bad_weighted_list_before_it_starts(given: str) -> None:
     with pytest.raises(CommandError, match=r"weight of queue 'emails'|repeated|more than once"):
         call_command("queue_work", f"--queue={given}", "--once", stdout=io.StringIO(), stderr=io.StringIO())
+
+
+def test_each_queue_runs_at_most_its_slots_at_once(connection: Queue, queue_name: str) -> None:
+    """--queue a=1,b=2: while a's one job holds its slot, a's second waits though the worker has a free slot, and
+    b's jobs run beside it; once the first ends, the second runs."""
+    cj.reset()
+    one, two = f"{queue_name}-a", f"{queue_name}-b"
+    connection.push(cj.HoldsUntil("a1"), queue=one)
+    connection.push(cj.HoldsUntil("a2"), queue=one)
+    connection.push_many([cj.Started("b1"), cj.Started("b2")], queue=two)
+    worker = Worker(connection, recorder=None, concurrency=3)
+    seen: list[list[str]] = []
+
+    def then() -> None:
+        try:
+            wait_until(lambda: {"a1", "b1", "b2"} <= set(cj.STARTED))
+            wait_until(lambda: worker.processed >= 2)  # b's two settled while a1 still holds a's only slot
+            seen.append(sorted(cj.STARTED))
+        finally:
+            cj.HOLD.set()
+
+    helper = in_thread(then)
+    try:
+        assert worker.run(5, [one, two], max_jobs=4, slots={one: 1, two: 2}) is ExitReason.MAX_JOBS
+    finally:
+        cj.HOLD.set()
+        worker.close()
+    helper.join()
+    assert seen == [["a1", "b1", "b2"]]  # a2 had not started: a's one slot was taken
+    assert sorted(cj.STARTED) == ["a1", "a2", "b1", "b2"]
+
+
+def test_slots_must_name_every_queue_and_fit_the_concurrency(connection: Queue, queue_name: str) -> None:
+    worker = Worker(connection, recorder=None, concurrency=2)
+    try:
+        with pytest.raises(InvalidQueueArgumentError, match="every watched queue"):
+            worker.run(1, ["a", "b"], slots={"a": 1})
+        with pytest.raises(InvalidQueueArgumentError, match="add up to 3, more than the worker's concurrency"):
+            worker.run(1, ["a", "b"], slots={"a": 1, "b": 2})
+    finally:
+        worker.close()
+
+
+def test_slots_are_given_to_every_queue_or_none() -> None:
+    assert parse_queues(["a=8", "b:2=2"]) == (("a", "b"), {"a": 1, "b": 2}, {"a": 8, "b": 2})
+    with pytest.raises(ValueError, match="queue 'b' has no slots"):
+        parse_queues(["a=8", "b"])
+    with pytest.raises(ValueError, match="the slots of queue 'a' must be a whole number from 1 to 256"):
+        parse_queues(["a=0"])
+
+
+def test_queue_work_takes_its_concurrency_from_the_slots() -> None:
+    with pytest.raises(CommandError, match=r"--concurrency is the sum of the queues' slots \(3\)"):
+        call_command(
+            "queue_work", "--queue=emails=2,reports=1", "--concurrency=5", "--once", stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        )  # fmt: skip
+    with pytest.raises(CommandError, match="queue 'reports' has no slots"):
+        call_command("queue_work", "--queue=emails=2,reports", "--once", stdout=io.StringIO(), stderr=io.StringIO())

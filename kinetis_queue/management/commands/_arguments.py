@@ -17,7 +17,7 @@ from kinetis_queue.validation import (
     validate_queue_list,
     validate_queue_name,
 )
-from kinetis_queue.worker.turns import parse_weights
+from kinetis_queue.worker.turns import parse_queues
 
 
 def queue_list(value: str) -> tuple[str, ...]:
@@ -29,18 +29,21 @@ def queue_list(value: str) -> tuple[str, ...]:
 
 
 class WeightedQueues(NamedTuple):
-    """``queue_work --queue emails:4,reports:1``: the queues in order, and their weights ({}: strict order)."""
+    """``queue_work --queue emails:4,reports:1`` or ``--queue emails=8,reports=2``: the queues in order, their
+    weights ({}: strict order) and their concurrent slots in one process ({}: the worker's --concurrency shared)."""
 
     names: tuple[str, ...]
     weights: dict[str, int]
+    slots: dict[str, int]
 
 
 def weighted_queue_list(value: str) -> WeightedQueues:
-    """``--queue a,b`` (strict order) or ``--queue a:4,b:1`` (turns in that proportion): every name valid, none
-    repeated, every weight a whole number from 1 to MAX_WEIGHT (the whole list, before any is used)."""
+    """``--queue a,b`` (strict order), ``--queue a:4,b:1`` (turns in that proportion) or ``--queue a=8,b=2`` (slots
+    of their own): every name valid, none repeated, every weight and slot count in range (the whole list, before
+    any is used)."""
     try:
-        names, weights = parse_weights([entry.strip() for entry in value.split(",")])
-        return WeightedQueues(validate_queue_list(list(names)), weights)
+        names, weights, slots = parse_queues([entry.strip() for entry in value.split(",")])
+        return WeightedQueues(validate_queue_list(list(names)), weights, slots)
     except (InvalidQueueArgumentError, ValueError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -104,7 +104,8 @@ class Command(QueueCommand):
             default=None,
             help=(
                 "queues to watch, highest priority first: --queue high,default (default: default); with weights, "
-                "turns in that proportion while each has work: --queue emails:4,reports:1"
+                "turns in that proportion while each has work: --queue emails:4,reports:1; with slots, that many "
+                "jobs of each at once in this process: --queue emails=8,reports=2 (--concurrency is their sum)"
             ),
         )
         parser.add_argument(
@@ -239,6 +240,15 @@ class Command(QueueCommand):
         chosen: WeightedQueues | None = options["queue"]
         queues: tuple[str, ...] = chosen.names if chosen is not None else DEFAULT_QUEUES
         weights = chosen.weights if chosen is not None else {}
+        slots = chosen.slots if chosen is not None else {}
+        concurrency: int = options["concurrency"]
+        if slots:
+            if concurrency not in (1, sum(slots.values())):
+                raise CommandError(
+                    f"--concurrency is the sum of the queues' slots ({sum(slots.values())}) when --queue gives them: "
+                    "leave it out"
+                )
+            concurrency = sum(slots.values())
         heartbeat = _heartbeat_file(options["heartbeat_file"], timeout)
         try:
             queue = connections.build(settings.name)
@@ -257,9 +267,9 @@ class Command(QueueCommand):
             retry_base_delay=backoff,
             job_timeout=job_timeout,
             reporter=self._job_line if verbosity >= 1 else None,
-            concurrency=options["concurrency"],
+            concurrency=concurrency,
             prefetch=options["prefetch"],
-            hooks=_worker_hooks(settings.name, queues, options["concurrency"], heartbeat),
+            hooks=_worker_hooks(settings.name, queues, concurrency, heartbeat),
         )
         self._deferred = 0
         self._counting = threading.Lock()
@@ -308,6 +318,7 @@ class Command(QueueCommand):
                     memory=options["memory"],
                     restart=marker_for(queue, settings.name),
                     weights=weights or None,
+                    slots=slots or None,
                 )
             except Exception as exc:
                 # An infrastructure failure: non-zero exit; --traceback shows where.
