@@ -259,6 +259,7 @@ bench: venv services
 	"$(PY)" -m bench.rabbitmq $(BENCH_ARGS)
 	"$(PY)" -m bench.outbox
 	"$(PY)" -m bench.observability
+	"$(PY)" -m bench.flow
 
 # Worker processes against jobs/s on Redis, PostgreSQL, RabbitMQ and SQS (moto), 100,000 jobs per run by default.
 bench-scale: venv services
