@@ -345,3 +345,41 @@ def test_status_page_pause_and_resume(browser: Any, live_url: str, queue_name: s
     finally:
         resume(queue_name, "postgres")
         queues.clearable("postgres").clear(queue_name)
+
+
+def test_every_queue_paused_from_the_status_page_and_resumed_from_the_dashboard(
+    browser: Any, live_url: str, queue_name: str
+) -> None:
+    """Issue 30 item 3: "Pause every queue of postgres" (after its confirmation) pauses every queue of the
+    connection; the status page and the dashboard's header say so; the dashboard's "Resume every queue" lifts it."""
+    from kinetis_queue.control import ALL_QUEUES, all_paused, resume
+
+    queue = queues["postgres"]
+    queue.push(jobs.Noop(), queue=queue_name)  # listed on the status page
+    row = f"tr[data-connection='postgres'][data-queue='{queue_name}']"
+    status = reverse("admin:kinetis_queue_failedjob_status")
+    try:
+        session = Session(browser, live_url, "superuser")
+        session.get(status)
+        session.follow("form.pause-all-form[data-connection='postgres'] input[type=submit]")
+        assert "every queue of connection postgres" in session.find("#content").text
+        session.shot("status-pause-all-confirmation")
+        assert not all_paused("postgres")  # the confirmation page changed nothing
+        session.follow("#pause-confirm-form input[type=submit][value='Yes, pause']")
+        assert "Every queue of connection postgres paused" in session.find(".messagelist").text
+        assert session.find(f"{row} .paused-state").text == "paused"
+        assert not session.has(f"{row} form")  # a queue's own Resume would not lift the pause of every queue
+        assert "Every queue of postgres is paused" in session.find("p.all-paused[data-connection='postgres']").text
+        assert all_paused("postgres")
+        session.shot("status-all-paused")
+
+        session.get(reverse("admin:kinetis_queue_failedjob_dashboard", args=["postgres"]))
+        assert "Every queue of this connection is paused" in session.find("#dashboard-all-paused").text
+        session.shot("dashboard-all-paused")
+        session.follow("#dashboard-all-paused input[type=submit][value='Resume every queue']")
+        assert "Every queue of connection postgres resumed" in session.find(".messagelist").text
+        assert not session.has("#dashboard-all-paused") and session.has("#dashboard-pause-all")
+        assert not all_paused("postgres")
+    finally:
+        resume(ALL_QUEUES, "postgres")
+        queues.clearable("postgres").clear(queue_name)
