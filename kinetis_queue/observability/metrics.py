@@ -170,4 +170,5 @@ def start_server(port: int) -> None:
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         start_http_server(port, registry=registry)
         return
+    register()  # what the port serves is there from its first scrape, as the metrics view registers it
     start_http_server(port)
