@@ -150,8 +150,8 @@ HEAVY_TIERS = frozenset({"faults", "packaging", "bench"})
 
 def _row_suite(item: pytest.Item) -> bool:
     """Whether the test is of what an extended row runs (tests/support/backends.py EXTENDED_ROWS): the
-    conformance suite and the kill storm."""
-    return "conformance" in item.path.parts or item.path.name == "test_kill_storm.py"
+    conformance suite, the kill storm and the rate limits' kill storm (issue 30: its bound on every row)."""
+    return "conformance" in item.path.parts or item.path.name in ("test_kill_storm.py", "test_rate_limits.py")
 
 
 def _module_scoped(item: pytest.Item) -> bool:
