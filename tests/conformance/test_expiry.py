@@ -18,10 +18,9 @@ from kinetis_queue.contracts import Queue
 from kinetis_queue.exceptions import InvalidQueueArgumentError
 from kinetis_queue.expiry import METADATA_KEY
 from kinetis_queue.models import FailedJob
-from kinetis_queue.outcomes import JobOutcome, JobReport
-from kinetis_queue.worker import Worker
+from kinetis_queue.outcomes import JobOutcome
 from tests import jobs
-from tests.support.helpers import wait_until
+from tests.support.helpers import process_deliveries, wait_until
 
 pytestmark = pytest.mark.trait("stores_jobs")
 
@@ -43,17 +42,6 @@ def expired_signals() -> Iterator[list[dict[str, Any]]]:
     signals.job_expired.disconnect(receiver)
 
 
-def _run(connection: Queue, queue_name: str, deliveries: int) -> list[JobReport]:
-    reports: list[JobReport] = []
-    worker = Worker(connection, recorder=None, reporter=reports.append)
-    try:
-        for _ in range(deliveries):
-            assert worker.process_next(10, [queue_name]) is True
-    finally:
-        worker.close()
-    return reports
-
-
 def _past(connection: Queue, queue_name: str, job_id: str) -> None:
     """Wait until the job's expiry, as stored in its envelope, is behind this process's clock."""
     job = connection.pop(10, [queue_name])
@@ -70,7 +58,7 @@ def test_a_job_not_started_by_its_expiry_never_runs(
     _past(connection, queue_name, expiring)
     kept = connection.push(jobs.Records("on time"), queue=queue_name, expires=3600)
 
-    reports = _run(connection, queue_name, 2)
+    reports = process_deliveries(connection, queue_name, 2)
 
     assert [(r.job_id, r.outcome) for r in reports] == [(expiring, JobOutcome.EXPIRED), (kept, JobOutcome.SUCCEEDED)]
     assert [call[1] for call in jobs.CALLS] == ["on time"]
@@ -83,7 +71,7 @@ def test_record_expired_leaves_a_failed_job_record(connection: Queue, queue_name
     with override_settings(KINETIS_QUEUE={**settings.KINETIS_QUEUE, "RECORD_EXPIRED": True}):
         expiring = connection.push(jobs.Records("late"), queue=queue_name, expires=0.3)
         _past(connection, queue_name, expiring)
-        reports = _run(connection, queue_name, 1)
+        reports = process_deliveries(connection, queue_name, 1)
     assert [r.outcome for r in reports] == [JobOutcome.EXPIRED]
     record = FailedJob.objects.get(job_id=expiring)
     assert record.exception_class == "kinetis_queue.exceptions.JobExpiredError"
@@ -96,7 +84,7 @@ def test_a_class_expiry_and_an_aware_datetime(connection: Queue, queue_name: str
     moment = datetime.now(UTC) + timedelta(hours=1)
     by_moment = connection.push(jobs.Records("kept"), queue=queue_name, expires=moment)
 
-    reports = _run(connection, queue_name, 2)
+    reports = process_deliveries(connection, queue_name, 2)
 
     assert [(r.job_id, r.outcome) for r in reports] == [
         (by_class, JobOutcome.EXPIRED),
@@ -117,10 +105,10 @@ def test_push_many_carries_the_expiry_of_every_job(connection: Queue, queue_name
 def test_an_expired_unique_job_frees_its_key(connection: Queue, queue_name: str) -> None:
     first = connection.push(jobs.Noop(), queue=queue_name, expires=0.3, unique_key="k", unique_for=600)
     _past(connection, queue_name, first)
-    assert [r.outcome for r in _run(connection, queue_name, 1)] == [JobOutcome.EXPIRED]
+    assert [r.outcome for r in process_deliveries(connection, queue_name, 1)] == [JobOutcome.EXPIRED]
     second = connection.push(jobs.Noop(), queue=queue_name, unique_key="k", unique_for=600)
     assert second != first  # the key was free again: a new job
-    assert [r.outcome for r in _run(connection, queue_name, 1)] == [JobOutcome.SUCCEEDED]
+    assert [r.outcome for r in process_deliveries(connection, queue_name, 1)] == [JobOutcome.SUCCEEDED]
 
 
 @pytest.mark.parametrize(

@@ -10,12 +10,11 @@ import pytest
 
 from kinetis_queue.contracts import Queue
 from kinetis_queue.exceptions import InvalidQueueArgumentError
-from kinetis_queue.outcomes import JobOutcome, JobReport
+from kinetis_queue.outcomes import JobOutcome
 from kinetis_queue.ratelimits import RateLimit, rate_store_of
 from kinetis_queue.ratelimits.store import rate_digest
-from kinetis_queue.worker import Worker
 from tests import jobs
-from tests.support.helpers import wait_until
+from tests.support.helpers import process_deliveries, wait_until
 
 pytestmark = pytest.mark.trait("stores_jobs")
 
@@ -53,17 +52,6 @@ def test_a_token_bucket_allows_its_burst_then_one_start_per_interval(connection:
     assert store.take(digest, limit, "") > 0
 
 
-def _run(connection: Queue, queue_name: str, deliveries: int) -> list[JobReport]:
-    reports: list[JobReport] = []
-    worker = Worker(connection, recorder=None, reporter=reports.append)
-    try:
-        for _ in range(deliveries):
-            assert worker.process_next(10, [queue_name]) is True
-    finally:
-        worker.close()
-    return reports
-
-
 def test_a_delivery_over_its_class_limit_is_deferred_unstarted_until_its_window_allows(
     connection: Queue, queue_name: str
 ) -> None:
@@ -74,7 +62,7 @@ def test_a_delivery_over_its_class_limit_is_deferred_unstarted_until_its_window_
     second = connection.push(jobs.RateLimitedCustomer(customer), queue=queue_name)
     other = connection.push(jobs.RateLimitedCustomer(customer + 1), queue=queue_name)
 
-    reports = _run(connection, queue_name, 3)
+    reports = process_deliveries(connection, queue_name, 3)
 
     assert [(r.job_id, r.outcome, r.attempt) for r in reports] == [
         (first, JobOutcome.SUCCEEDED, 1),
@@ -92,7 +80,7 @@ def test_a_push_may_bring_its_own_limit_and_key(connection: Queue, queue_name: s
     second = connection.push(jobs.Noop(), queue=queue_name, rate_limit=(1, 60), rate_key=key)
     free = connection.push(jobs.Noop(), queue=queue_name)
 
-    reports = _run(connection, queue_name, 3)
+    reports = process_deliveries(connection, queue_name, 3)
 
     assert [(r.job_id, r.outcome) for r in reports] == [
         (first, JobOutcome.SUCCEEDED),
@@ -126,7 +114,7 @@ def test_a_raising_rate_key_is_the_jobs_own_failure_naming_no_value(
     connection: Queue, queue_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     job_id = connection.push(jobs.RateKeyRaises(), queue=queue_name, max_attempts=1)
-    reports = _run(connection, queue_name, 1)
+    reports = process_deliveries(connection, queue_name, 1)
     assert [(r.job_id, r.outcome) for r in reports] == [(job_id, JobOutcome.FAILED)]
     assert "secret-rate-key-value" not in caplog.text
 

@@ -7,12 +7,16 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.db import connections as db_connections
 
 from tests.support.backends import Backend
 from tests.support.fixtures import BACKEND_SUPPORT
+
+if TYPE_CHECKING:
+    from kinetis_queue.contracts import Queue
+    from kinetis_queue.outcomes import JobReport
 
 #: The longest pause between two polls of wait_until(): a wait of seconds (a worker subprocess, a lease) polls 10
 #: times a second, not 50, where each poll reads a store or a file on a machine the suite keeps busy.
@@ -167,3 +171,17 @@ def exit_forked_child(code: int) -> NoReturn:
     import posix
 
     posix._exit(code)
+
+
+def process_deliveries(connection: Queue, queue_name: str, deliveries: int) -> list[JobReport]:
+    """Run ``deliveries`` deliveries of ``queue_name`` on a fresh Worker (each must come within 10 s); their reports."""
+    from kinetis_queue.worker import Worker
+
+    reports: list[JobReport] = []
+    worker = Worker(connection, recorder=None, reporter=reports.append)
+    try:
+        for _ in range(deliveries):
+            assert worker.process_next(10, [queue_name]) is True
+    finally:
+        worker.close()
+    return reports
